@@ -1,0 +1,35 @@
+"""Per-tensor fp8 (e4m3) quantization of a KV cache, and its exact dequantization."""
+
+from __future__ import annotations
+
+import torch
+
+from .cache import FP8_DTYPES, Fp8Cache
+
+
+def quantize_fp8(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> Fp8Cache:
+    """Quantize a cache to fp8 with one float32 scale for the whole tensor.
+
+    x: (N, 576) or (N, 1, 576), any float dtype, any device.
+    dtype: ``torch.float8_e4m3fn`` (NVIDIA) or ``torch.float8_e4m3fnuz`` (AMD MI300).
+    Returns ``Fp8Cache`` with ``scale = amax / fp8_max`` (float32, shape (1,)) and
+    ``data = clamp(x / scale)`` rounded to nearest-even in fp8, so ``x ~ data * scale``.
+    The arithmetic is done in float32. An all-zero tensor gets the scale ``1e-12 / fp8_max``.
+    """
+    if dtype not in FP8_DTYPES:
+        raise TypeError(f"dtype must be float8_e4m3fn or float8_e4m3fnuz, got {dtype}")
+    if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
+        raise TypeError(f"x must be a floating-point tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+    fmax = torch.finfo(dtype).max
+    xf = x.float()
+    amax = xf.abs().amax().clamp(min=1e-12)
+    if not torch.isfinite(amax):
+        raise ValueError("x holds NaN or Inf; fp8 per-tensor quantization needs finite values")
+    scale = (amax / fmax).reshape(1)
+    data = (xf / scale).clamp(-fmax, fmax).to(dtype)
+    return Fp8Cache(data, scale)
+
+
+def dequantize_fp8(cache: Fp8Cache, dtype: torch.dtype = torch.float32, rows: slice = slice(None)) -> torch.Tensor:
+    """Exact values ``data * scale`` of ``rows`` as a (rows, 576) tensor of ``dtype``."""
+    return (cache.data[rows].to(torch.float32) * cache.scale).to(dtype)
