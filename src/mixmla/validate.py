@@ -1,0 +1,465 @@
+"""Argument checks run before any kernel launch.
+
+Every public entry point (``mla_decode``, ``plan``, ``DecodePlan.run``, ``custom_kernel``) calls one
+of the functions here first. Each rule raises ``TypeError`` (wrong kind of object or dtype) or
+``ValueError`` (wrong shape, stride, device or value) with a message that names the argument, says
+what was expected and what was given. Nothing is launched when a check fails.
+
+Two levels, because some rules need the *values* of device tensors:
+
+* **structural** checks (type, dtype, rank, width, strides, devices, head count, sizes known from
+  shapes, plan consistency) read only tensor metadata: no host/device synchronisation, no
+  allocation. ``check_run_inputs`` does only these, so ``DecodePlan.run`` stays sync-free and
+  CUDA-graph capturable.
+* **value** checks (indptr starts at 0, is non-decreasing, ends within the cache; ``qo_indptr``
+  ends at ``total_q``; the fp8 scale is finite and positive) copy the indptrs (and the fp8 scale) to
+  the host in **one** transfer. ``check_decode_inputs(..., check_values=True)`` and
+  ``check_plan_inputs`` / ``check_indptr(..., check_values=True)`` do them; ``mla_decode`` and
+  ``plan`` may synchronise anyway (planning needs the lengths on the host), and they get the host
+  values back so that no second copy is needed.
+
+Rules that the cache containers (``mixmla.formats``) already enforce (cache dtype, width 576/288,
+one KV head, fp8 scale with exactly one float value on the cache's device, MXFP4 scales at least
+``(N, 18)`` uint8/e8m0 on the cache's device, unit stride in the last dim) are not repeated: their
+errors are re-raised with the argument name ``cache`` in front.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from .formats import FORMATS, HEAD_DIM, VALUE_DIM, Bf16Cache, Fp8Cache, Mxfp4Cache, as_cache
+
+#: Query head counts the kernels are built for (DeepSeek's 128 heads over TP = 8, 4, 2, 1).
+SUPPORTED_NUM_HEADS = (16, 32, 64, 128)
+#: Integer dtypes accepted for ``kv_indptr`` and ``qo_indptr``.
+INDPTR_DTYPES = (torch.int32, torch.int64)
+
+__all__ = [
+    "SUPPORTED_NUM_HEADS",
+    "INDPTR_DTYPES",
+    "DecodeInputs",
+    "check_decode_inputs",
+    "check_run_inputs",
+    "check_indptr",
+    "check_plan_inputs",
+    "check_cache",
+    "check_q",
+    "check_out",
+    "check_sm_scale",
+    "check_num_heads",
+    "check_benchmark_data",
+]
+
+
+@dataclass(frozen=True)
+class DecodeInputs:
+    """What ``check_decode_inputs`` learned, so callers need not recompute it.
+
+    cache: the cache wrapped in its container (``Bf16Cache``/``Fp8Cache``/``Mxfp4Cache``).
+    batch: number of requests (``len(kv_indptr) - 1``).
+    total_q: query rows (``q.shape[0]``). num_heads: ``q.shape[1]``.
+    sm_scale: the softmax scale as a Python float (1/sqrt(576) when the caller gave None).
+    kv_ptr, qo_ptr: host copies (lists of Python ints, length batch+1) of the indptrs when the
+    values were checked, else None. ``qo_ptr`` is ``[0, 1, ..., batch]`` when ``qo_indptr`` is None.
+    """
+
+    cache: object
+    batch: int
+    total_q: int
+    num_heads: int
+    sm_scale: float
+    kv_ptr: Optional[list]
+    qo_ptr: Optional[list]
+
+
+# ----------------------------------------------------------------------------------------------
+# small helpers
+
+
+def _shape(t) -> str:
+    return str(tuple(t.shape))
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Device equality where ``cuda`` (no index) matches ``cuda:<current>``."""
+    a, b = torch.device(a), torch.device(b)
+    if a.type != b.type:
+        return False
+    if a.index is None or b.index is None:
+        if a.type == "cuda":
+            cur = torch.cuda.current_device() if torch.cuda.is_available() else 0
+            return (cur if a.index is None else a.index) == (cur if b.index is None else b.index)
+        return True
+    return a.index == b.index
+
+
+def _byte_span(t: torch.Tensor):
+    """[start, end) byte range a strided tensor can touch, or None if empty/unknown."""
+    if t.numel() == 0 or t.device.type == "meta":
+        return None
+    try:
+        start = t.data_ptr()
+    except RuntimeError:  # tensors without storage
+        return None
+    extent = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1
+    return start, start + extent * t.element_size()
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.device != b.device:
+        return False
+    sa, sb = _byte_span(a), _byte_span(b)
+    return sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]
+
+
+def _cache_tensors(cache) -> list:
+    if isinstance(cache, Fp8Cache):
+        return [cache.data, cache.scale]
+    if isinstance(cache, Mxfp4Cache):
+        return [cache.data, cache.scales]
+    return [cache.data]
+
+
+def _host_values(tensors: Sequence[torch.Tensor]) -> list:
+    """Copy several small 1-D tensors to the host in one transfer (one sync on a GPU).
+
+    Returns one list per tensor: Python ints for integer tensors, floats otherwise. Integer values
+    go through float64 when mixed with float tensors, exact below 2**53.
+    """
+    if not tensors:
+        return []
+    if len(tensors) == 1:
+        return [tensors[0].reshape(-1).tolist()]
+    mixed = any(t.dtype.is_floating_point for t in tensors)
+    common = torch.float64 if mixed else torch.int64
+    flat = torch.cat([t.reshape(-1).to(common) for t in tensors]).tolist()
+    out, pos = [], 0
+    for t in tensors:
+        n = t.numel()
+        vals = flat[pos:pos + n]
+        if mixed and not t.dtype.is_floating_point:
+            vals = [int(v) for v in vals]
+        out.append(vals)
+        pos += n
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# single-argument checks (structural: metadata only, never synchronise)
+
+
+def check_num_heads(num_heads, supported: Sequence[int] = SUPPORTED_NUM_HEADS, name: str = "num_heads") -> int:
+    """``num_heads`` (int, query heads H) must be one of ``supported``."""
+    if isinstance(num_heads, bool) or not isinstance(num_heads, numbers.Integral):
+        raise TypeError(f"{name} must be an int, one of {tuple(supported)}; got {type(num_heads).__name__}")
+    if int(num_heads) not in tuple(supported):
+        raise ValueError(f"{name}: unsupported number of query heads; expected one of {tuple(supported)}, "
+                         f"got {int(num_heads)}")
+    return int(num_heads)
+
+
+def check_sm_scale(sm_scale) -> float:
+    """Softmax scale: None (meaning 1/sqrt(576)) or a finite positive real number (not a tensor).
+
+    Returns the scale as a Python float. Scores are ``q . k * sm_scale`` (natural-log units).
+    """
+    if sm_scale is None:
+        return 1.0 / math.sqrt(HEAD_DIM)
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
+        raise TypeError(f"sm_scale must be a Python float (or None for 1/sqrt({HEAD_DIM})), "
+                        f"got {type(sm_scale).__name__}")
+    value = float(sm_scale)
+    if not math.isfinite(value) or value <= 0.0:
+        raise ValueError(f"sm_scale must be finite and > 0, got {value!r}")
+    return value
+
+
+def check_q(q, num_heads_supported: Optional[Sequence[int]] = SUPPORTED_NUM_HEADS) -> torch.Tensor:
+    """Query: (total_q, H, 576) bfloat16, unit stride in the last dim (other strides free), H in
+    ``num_heads_supported`` (not checked when None)."""
+    if not isinstance(q, torch.Tensor):
+        raise TypeError(f"q must be a torch.Tensor of shape (total_q, H, {HEAD_DIM}), got {type(q).__name__}")
+    if q.dtype != torch.bfloat16:
+        raise TypeError(f"q must have dtype torch.bfloat16, got {q.dtype}")
+    if q.dim() != 3:
+        raise ValueError(f"q must be 3-D (total_q, H, {HEAD_DIM}), got {q.dim()}-D shape {_shape(q)}")
+    if q.shape[2] != HEAD_DIM:
+        raise ValueError(f"q must have last dim {HEAD_DIM} (512 latent + 64 rope), got shape {_shape(q)}")
+    if num_heads_supported is not None:
+        check_num_heads(q.shape[1], num_heads_supported, name="q.shape[1] (number of query heads)")
+    if q.stride(2) != 1 and q.shape[2] > 1:
+        raise ValueError(f"q must be contiguous along its last dim (stride(-1) == 1), got strides {q.stride()}")
+    return q
+
+
+def check_cache(cache, device: Optional[torch.device] = None, name: str = "cache"):
+    """Wrap ``cache`` into its container (see ``mixmla.formats.as_cache``) and check its device.
+
+    Accepts ``Bf16Cache``/``Fp8Cache``/``Mxfp4Cache``, a bf16 (N, 1, 576) or (N, 576) tensor,
+    ``(fp8 data, scale)`` or ``(fp4 bytes (N, 1, 288), e8m0 scales (>=N, >=18))``. The containers'
+    own errors are re-raised with ``name`` in front. Rows may be strided (any ``stride(0)``).
+    """
+    try:
+        wrapped = as_cache(cache)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{name}: {err}") from err
+    if device is not None and not _same_device(wrapped.device, device):
+        raise ValueError(f"{name} is on {wrapped.device} but q is on {device}; all tensors must share one device")
+    return wrapped
+
+
+def check_out(out, total_q: int, num_heads: int, device: torch.device, inputs: Sequence[torch.Tensor] = ()) -> None:
+    """Output buffer: contiguous (total_q, H, 512) bfloat16 on ``device``, not sharing memory with
+    any tensor of ``inputs`` (q and the cache)."""
+    if out is None:
+        return
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
+    if out.dtype != torch.bfloat16:
+        raise TypeError(f"out must have dtype torch.bfloat16, got {out.dtype}")
+    expected = (total_q, num_heads, VALUE_DIM)
+    if tuple(out.shape) != expected:
+        raise ValueError(f"out must have shape (total_q, H, {VALUE_DIM}) = {expected}, got {_shape(out)}")
+    if not out.is_contiguous():
+        raise ValueError(f"out must be contiguous, got strides {out.stride()} for shape {_shape(out)}")
+    if not _same_device(out.device, device):
+        raise ValueError(f"out is on {out.device} but q is on {device}; all tensors must share one device")
+    for t in inputs:
+        if _overlaps(out, t):
+            raise ValueError("out shares memory with an input (q or the cache); pass a separate buffer")
+
+
+def check_indptr(
+    name: str,
+    t,
+    *,
+    device: Optional[torch.device] = None,
+    batch: Optional[int] = None,
+    max_last: Optional[int] = None,
+    last: Optional[int] = None,
+    check_values: bool = True,
+    max_len: Optional[int] = None,
+    _values: Optional[list] = None,
+) -> Optional[list]:
+    """Check one prefix-sum array (``kv_indptr`` or ``qo_indptr``).
+
+    Structural (no sync): ``t`` is a 1-D int32/int64 tensor with unit stride and at least 2 entries
+    (batch >= 1); on ``device`` when given; ``batch + 1`` entries when ``batch`` is given.
+    Values (only with ``check_values``; one host copy, a sync on a GPU): ``t[0] == 0``,
+    non-decreasing, ``t[-1] <= max_last`` (the cache rows) and ``t[-1] == last`` (total_q) when
+    given, and every segment ``t[i+1]-t[i] <= max_len`` when given.
+    Returns the values as a list of Python ints when checked, else None.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a 1-D int32 or int64 torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in INDPTR_DTYPES:
+        raise TypeError(f"{name} must have dtype torch.int32 or torch.int64, got {t.dtype}")
+    if t.dim() != 1:
+        raise ValueError(f"{name} must be 1-D (batch+1,), got {t.dim()}-D shape {_shape(t)}")
+    if t.shape[0] < 2:
+        raise ValueError(f"{name} must have at least 2 entries (batch >= 1), got shape {_shape(t)}")
+    if batch is not None and t.shape[0] != batch + 1:
+        raise ValueError(f"{name} must have batch+1 = {batch + 1} entries (kv_indptr and qo_indptr describe "
+                         f"the same requests), got {t.shape[0]}")
+    if t.stride(0) != 1:
+        raise ValueError(f"{name} must be contiguous (stride 1), got stride {t.stride(0)}")
+    if device is not None and not _same_device(t.device, device):
+        raise ValueError(f"{name} is on {t.device} but q is on {device}; all tensors must share one device")
+    if not check_values:
+        return None
+    vals = _values if _values is not None else [int(v) for v in t.tolist()]
+    if vals[0] != 0:
+        raise ValueError(f"{name} must start at 0, got {name}[0] = {vals[0]}")
+    for i in range(len(vals) - 1):
+        if vals[i + 1] < vals[i]:
+            raise ValueError(f"{name} must be non-decreasing, got {name}[{i}] = {vals[i]} > "
+                             f"{name}[{i + 1}] = {vals[i + 1]}")
+    if max_last is not None and vals[-1] > max_last:
+        raise ValueError(f"{name} ends at {vals[-1]}, beyond the cache's {max_last} rows "
+                         f"(expected {name}[-1] <= {max_last})")
+    if last is not None and vals[-1] != last:
+        raise ValueError(f"{name} must end at total_q = q.shape[0] = {last}, got {name}[-1] = {vals[-1]}")
+    if max_len is not None:
+        longest = max(vals[i + 1] - vals[i] for i in range(len(vals) - 1))
+        if longest > max_len:
+            raise ValueError(f"{name}: at most {max_len} rows per request are supported, got {longest}")
+    return vals
+
+
+# ----------------------------------------------------------------------------------------------
+# entry-point checks
+
+
+def check_decode_inputs(
+    q,
+    cache,
+    kv_indptr,
+    qo_indptr=None,
+    sm_scale=None,
+    out=None,
+    num_heads_supported: Sequence[int] = SUPPORTED_NUM_HEADS,
+    *,
+    check_values: bool = True,
+    max_q_len: Optional[int] = None,
+) -> DecodeInputs:
+    """All checks for ``mla_decode``; raises before anything is launched.
+
+    q: (total_q, H, 576) bf16, stride(-1) == 1. cache: any format (see ``check_cache``), N rows on
+    q's device. kv_indptr: (batch+1,) int32/int64 on q's device, prefix sums of cache rows per
+    request. qo_indptr: same for q's rows, or None (one query per request, total_q == batch).
+    sm_scale: None or finite float > 0. out: None or contiguous (total_q, H, 512) bf16 on q's device.
+    num_heads_supported: allowed H. check_values: also check the indptr values and the fp8 scale
+    value (one host transfer; a sync on a GPU). max_q_len: optional limit on rows per request in q.
+
+    ``Lq > Lk`` is allowed: queries that see no cache row give zeros (SPEC.md).
+    Returns ``DecodeInputs`` (the wrapped cache and host copies of the indptrs when checked).
+    """
+    q = check_q(q, num_heads_supported)
+    device = q.device
+    total_q, num_heads = q.shape[0], q.shape[1]
+    kv_cache = check_cache(cache, device)
+    scale = check_sm_scale(sm_scale)
+
+    check_indptr("kv_indptr", kv_indptr, device=device, check_values=False)
+    batch = kv_indptr.shape[0] - 1
+    if qo_indptr is not None:
+        check_indptr("qo_indptr", qo_indptr, device=device, batch=batch, check_values=False)
+    elif total_q != batch:
+        raise ValueError(f"qo_indptr is None, which means one query row per request (batch = {batch} from "
+                         f"kv_indptr), but q has total_q = {total_q} rows; pass qo_indptr")
+    check_out(out, total_q, num_heads, device, inputs=[q, *_cache_tensors(kv_cache)])
+
+    kv_ptr = qo_ptr = None
+    if check_values:
+        tensors = [kv_indptr] + ([qo_indptr] if qo_indptr is not None else [])
+        fp8 = isinstance(kv_cache, Fp8Cache)
+        if fp8:
+            tensors.append(kv_cache.scale)
+        host = _host_values(tensors)
+        kv_ptr = check_indptr("kv_indptr", kv_indptr, max_last=kv_cache.num_tokens, _values=host[0])
+        if qo_indptr is not None:
+            qo_ptr = check_indptr("qo_indptr", qo_indptr, last=total_q, max_len=max_q_len, _values=host[1])
+        else:
+            qo_ptr = list(range(batch + 1))
+        if fp8:
+            value = float(host[-1][0])
+            if not math.isfinite(value) or value <= 0.0:
+                raise ValueError(f"cache: fp8 scale must be finite and > 0, got {value!r}")
+    return DecodeInputs(kv_cache, batch, total_q, num_heads, scale, kv_ptr, qo_ptr)
+
+
+def check_plan_inputs(
+    kv_indptr,
+    qo_indptr=None,
+    num_heads: int = 16,
+    fmt: str = "bf16",
+    sm_scale=None,
+    device=None,
+    num_heads_supported: Sequence[int] = SUPPORTED_NUM_HEADS,
+    *,
+    max_q_len: Optional[int] = None,
+) -> tuple:
+    """All checks for ``plan`` (which may synchronise): indptrs structure and values, head count,
+    format name, softmax scale, device. The indptrs may live on any device (the plan copies them);
+    they must share one device with each other.
+
+    Returns ``(kv_ptr, qo_ptr, sm_scale)``: host lists of Python ints (``qo_ptr = [0..batch]`` when
+    ``qo_indptr`` is None) and the scale as a float. The cache size is unknown here, so
+    ``kv_indptr[-1] <= cache rows`` is checked by ``check_run_inputs`` against the plan's
+    ``total_kv`` (= ``kv_ptr[-1]``).
+    """
+    check_num_heads(num_heads, num_heads_supported)
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+    scale = check_sm_scale(sm_scale)
+    if device is not None:
+        try:
+            torch.device(device)
+        except (TypeError, RuntimeError) as err:
+            raise ValueError(f"device must be a torch.device or device string, got {device!r}") from err
+    check_indptr("kv_indptr", kv_indptr, check_values=False)
+    batch = kv_indptr.shape[0] - 1
+    if qo_indptr is not None:
+        check_indptr("qo_indptr", qo_indptr, batch=batch, check_values=False)
+        if qo_indptr.device != kv_indptr.device:
+            raise ValueError(f"qo_indptr is on {qo_indptr.device} but kv_indptr is on {kv_indptr.device}")
+        host = _host_values([kv_indptr, qo_indptr])
+    else:
+        host = _host_values([kv_indptr])
+    kv_ptr = check_indptr("kv_indptr", kv_indptr, _values=host[0])
+    if qo_indptr is not None:
+        qo_ptr = check_indptr("qo_indptr", qo_indptr, max_len=max_q_len, _values=host[1])
+    else:
+        qo_ptr = list(range(batch + 1))
+    return kv_ptr, qo_ptr, scale
+
+
+def _plan_attr(plan, attr: str):
+    try:
+        return getattr(plan, attr)
+    except AttributeError:
+        raise AttributeError(f"validate.check_run_inputs needs plan.{attr}; "
+                             f"{type(plan).__name__} does not have it") from None
+
+
+def check_run_inputs(plan, q, cache, out=None):
+    """Structural checks for ``DecodePlan.run``: metadata only, no sync, no allocation.
+
+    Compares q and the cache against what the plan was made for. ``plan`` must expose
+    ``device`` (torch.device), ``num_heads`` (H), ``total_q`` (``qo_indptr[-1]``), ``fmt``
+    ('bf16'/'fp8'/'mxfp4') and ``total_kv`` (``kv_indptr[-1]``, the cache rows the plan reads).
+    q: (total_q, H, 576) bf16 on the plan's device; cache: the plan's format with at least
+    ``total_kv`` rows; out: None or contiguous (total_q, H, 512) bf16 on that device.
+    Returns the wrapped cache. The fp8 scale's value is not checked here (that would sync).
+    """
+    device = _plan_attr(plan, "device")
+    num_heads = _plan_attr(plan, "num_heads")
+    total_q = _plan_attr(plan, "total_q")
+    fmt = _plan_attr(plan, "fmt")
+    total_kv = _plan_attr(plan, "total_kv")
+
+    q = check_q(q, num_heads_supported=None)
+    if not _same_device(q.device, device):
+        raise ValueError(f"q is on {q.device} but the plan was made for {device}")
+    if q.shape[1] != num_heads:
+        raise ValueError(f"q has {q.shape[1]} heads (shape {_shape(q)}) but the plan was made for "
+                         f"num_heads = {num_heads}")
+    if q.shape[0] != total_q:
+        raise ValueError(f"q must have total_q = {total_q} rows (the plan's qo_indptr[-1]), got shape {_shape(q)}")
+    kv_cache = check_cache(cache, q.device)
+    if kv_cache.format != fmt:
+        raise ValueError(f"cache: the plan was made for format {fmt!r}, got a {kv_cache.format!r} cache")
+    if kv_cache.num_tokens < total_kv:
+        raise ValueError(f"cache has {kv_cache.num_tokens} rows but the plan's kv_indptr ends at {total_kv} "
+                         f"(expected at least {total_kv} rows)")
+    check_out(out, total_q, num_heads, q.device, inputs=[q, *_cache_tensors(kv_cache)])
+    return kv_cache
+
+
+def check_benchmark_data(data, fmt: str = "auto") -> None:
+    """Structure of the benchmark tuple for ``custom_kernel``: ``(q, kv_data, qo_indptr, kv_indptr,
+    config)`` with ``kv_data`` a dict holding the requested format ('bf16', 'fp8', 'mxfp4', or any
+    of them for ``fmt='auto'``) and ``config`` a dict. The tensors themselves are checked by
+    ``check_decode_inputs`` when ``mla_decode`` runs.
+    """
+    if fmt != "auto" and fmt not in FORMATS:
+        raise ValueError(f"fmt must be 'auto' or one of {FORMATS}, got {fmt!r}")
+    if not isinstance(data, (tuple, list)) or len(data) != 5:
+        got = f"{type(data).__name__} of length {len(data)}" if isinstance(data, (tuple, list)) else type(data).__name__
+        raise TypeError(f"data must be the tuple (q, kv_data, qo_indptr, kv_indptr, config), got {got}")
+    _, kv_data, _, _, config = data
+    if not isinstance(kv_data, dict):
+        raise TypeError(f"data[1] (kv_data) must be a dict {{'bf16': ..., 'fp8': ..., 'mxfp4': ...}}, "
+                        f"got {type(kv_data).__name__}")
+    wanted = FORMATS if fmt == "auto" else (fmt,)
+    if not any(k in kv_data for k in wanted):
+        raise ValueError(f"data[1] (kv_data) must hold {'one of ' if fmt == 'auto' else ''}{wanted}, "
+                         f"got keys {sorted(kv_data)}")
+    if not isinstance(config, dict):
+        raise TypeError(f"data[4] (config) must be a dict, got {type(config).__name__}")
