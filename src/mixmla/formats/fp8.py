@@ -14,7 +14,7 @@ def quantize_fp8(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> F
     dtype: ``torch.float8_e4m3fn`` (NVIDIA) or ``torch.float8_e4m3fnuz`` (AMD MI300).
     Returns ``Fp8Cache`` with ``scale = amax / fp8_max`` (float32, shape (1,)) and
     ``data = clamp(x / scale)`` rounded to nearest-even in fp8, so ``x ~ data * scale``.
-    The arithmetic is done in float32. An all-zero tensor gets the scale ``1e-12 / fp8_max``.
+    The arithmetic is done in float32. An all-zero or empty tensor gets the scale ``1e-12 / fp8_max``.
     """
     if dtype not in FP8_DTYPES:
         raise TypeError(f"dtype must be float8_e4m3fn or float8_e4m3fnuz, got {dtype}")
@@ -22,7 +22,8 @@ def quantize_fp8(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> F
         raise TypeError(f"x must be a floating-point tensor, got {getattr(x, 'dtype', type(x).__name__)}")
     fmax = torch.finfo(dtype).max
     xf = x.float()
-    amax = xf.abs().amax().clamp(min=1e-12)
+    # An empty cache (every request of the batch has Lk = 0) is legal and gets the all-zero scale.
+    amax = (xf.abs().amax() if xf.numel() else xf.new_zeros(())).clamp(min=1e-12)
     if not torch.isfinite(amax):
         raise ValueError("x holds NaN or Inf; fp8 per-tensor quantization needs finite values")
     scale = (amax / fmax).reshape(1)
