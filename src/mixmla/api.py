@@ -1,0 +1,204 @@
+"""Public entry points: ``mla_decode``, ``plan`` / ``DecodePlan.run``, and ``custom_kernel``.
+
+``mla_decode`` is the one-call form (it plans, which reads the indptrs on the host). Serving loops
+plan once per batch layout and call ``DecodePlan.run``, which reads nothing on the host, allocates
+nothing, and can be captured in a CUDA graph. ``custom_kernel`` takes the benchmark's tuple.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import torch
+
+from . import validate
+from .formats import FORMATS, VALUE_DIM, as_cache
+from .kernels.launch import interpreter_active, launch_decode
+from .plan import DEFAULT_CONFIGS, KernelConfig, Schedule, device_sm_count, make_schedule
+
+
+def _check_can_launch(device: torch.device) -> None:
+    if device.type == "cpu" and not interpreter_active():
+        raise RuntimeError(
+            "mixmla's kernels run on CUDA tensors, or on CPU tensors under the Triton interpreter: set "
+            "TRITON_INTERPRET=1 in the environment before triton is first imported")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"unsupported device {device}; expected a CUDA device (or CPU with TRITON_INTERPRET=1)")
+
+
+class DecodePlan:
+    """A decode schedule for one batch layout, with all its workspace allocated.
+
+    Made by ``plan(...)``. ``run(q, cache, out=None, return_lse=False)`` launches the kernels with
+    no host synchronization and no allocation, so it can be captured in a CUDA graph and replayed
+    after the contents of ``q``, the cache and the indptrs change (same shapes; per-request lengths
+    may change as long as no request gets more query tokens than at plan time).
+
+    Attributes: device, num_heads (H), fmt, total_q (rows of q), total_kv (cache rows read),
+    batch, sm_scale, config (KernelConfig), schedule (Schedule), out (total_q, H, 512) bf16 and
+    lse (total_q, H) float32: the buffers ``run`` writes when no ``out`` is given (overwritten by
+    the next run).
+    """
+
+    def __init__(self, kv_indptr, qo_indptr=None, num_heads: int = 16, fmt: str = "bf16",
+                 sm_scale: float | None = None, device=None, config: KernelConfig | None = None):
+        kv_ptr, qo_ptr, scale = validate.check_plan_inputs(kv_indptr, qo_indptr, num_heads, fmt, sm_scale, device)
+        self.device = torch.device(device) if device is not None else kv_indptr.device
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        _check_can_launch(self.device)
+        self.num_heads = int(num_heads)
+        self.fmt = fmt
+        self.sm_scale = scale
+        self.batch = len(kv_ptr) - 1
+        self.total_kv = kv_ptr[-1]
+        self.total_q = qo_ptr[-1]
+        self.config = config or DEFAULT_CONFIGS[fmt]
+
+        kv_host = np.asarray(kv_ptr, dtype=np.int64)
+        qo_host = np.asarray(qo_ptr, dtype=np.int64)
+        self.schedule: Schedule = make_schedule(np.diff(kv_host), np.diff(qo_host), self.num_heads,
+                                                device_sm_count(self.device), self.config)
+        to_dev = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.int32).to(self.device)  # noqa: E731
+        # The indptrs are kept by reference when already int32 on the device, so that in-place
+        # updates between graph replays are seen.
+        self.kv_indptr = self._device_int32(kv_indptr, kv_host)
+        self.qo_indptr = self._device_int32(qo_indptr, qo_host) if qo_indptr is not None else to_dev(qo_host)
+        sched = self.schedule
+        self.work = (to_dev(sched.work_req), to_dev(sched.work_split), to_dev(sched.work_nsplit),
+                     to_dev(sched.split_indptr))
+        if sched.direct:
+            part_o = torch.empty(1, dtype=torch.float32, device=self.device)
+            self.workspace = (part_o, part_o)
+        else:
+            self.workspace = (
+                torch.empty(sched.num_work, sched.rows_max, VALUE_DIM, dtype=torch.float32, device=self.device),
+                torch.empty(sched.num_work, sched.rows_max, dtype=torch.float32, device=self.device),
+            )
+        self.out = torch.empty(self.total_q, self.num_heads, VALUE_DIM, dtype=torch.bfloat16, device=self.device)
+        self.lse = torch.empty(self.total_q, self.num_heads, dtype=torch.float32, device=self.device)
+
+    def _device_int32(self, t: torch.Tensor, host: np.ndarray) -> torch.Tensor:
+        if t.dtype == torch.int32 and t.device == self.device:
+            return t
+        return torch.as_tensor(host, dtype=torch.int32).to(self.device)
+
+    def run(self, q: torch.Tensor, cache, out: torch.Tensor | None = None, return_lse: bool = False):
+        """Decode attention for the planned layout.
+
+        q: (total_q, H, 576) bf16 on the plan's device (stride(-1) == 1). cache: the plan's format
+        (container or benchmark form) with at least ``total_kv`` rows. out: optional contiguous
+        (total_q, H, 512) bf16; without it the plan's own buffer ``self.out`` is written and
+        returned. Returns out, or ``(out, lse)`` with lse (total_q, H) float32 (natural-log
+        log-sum-exp of the scaled scores; ``-inf`` for a query that sees no cached token).
+        """
+        kv_cache = validate.check_run_inputs(self, q, cache, out)
+        out = self.out if out is None else out
+        lse = self.lse if return_lse else None
+        launch_decode(q, kv_cache, self.kv_indptr, self.qo_indptr, self.schedule, self.work, self.workspace,
+                      out, lse, self.sm_scale, self.num_heads, self.config)
+        return (out, lse) if return_lse else out
+
+    def __repr__(self) -> str:
+        s = self.schedule
+        return (f"DecodePlan(fmt={self.fmt!r}, batch={self.batch}, H={self.num_heads}, total_q={self.total_q}, "
+                f"total_kv={self.total_kv}, work_items={s.num_work}, direct={s.direct}, config={self.config})")
+
+
+def plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor | None = None, num_heads: int = 16, fmt: str = "bf16",
+         sm_scale: float | None = None, device=None, config: KernelConfig | None = None) -> DecodePlan:
+    """Plan decode attention for one batch layout (reads the indptrs on the host once).
+
+    kv_indptr: (batch+1,) int32/int64 prefix sums of cached tokens per request. qo_indptr:
+    (batch+1,) prefix sums of query tokens per request (None: one per request). num_heads: H in
+    {16, 32, 64, 128}. fmt: 'bf16', 'fp8' or 'mxfp4', the cache format ``run`` will get.
+    sm_scale: softmax scale (default 1/sqrt(576)). device: where to run (default: kv_indptr's).
+    config: kernel shape override (default: tuned per format).
+    """
+    return DecodePlan(kv_indptr, qo_indptr, num_heads, fmt, sm_scale, device, config)
+
+
+def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor | None = None,
+               sm_scale: float | None = None, out: torch.Tensor | None = None, return_lse: bool = False,
+               config: KernelConfig | None = None):
+    """MLA decode attention in one call, for any cache format.
+
+    q: (total_q, H, 576) bf16, H in {16, 32, 64, 128}. cache: ``Bf16Cache``/``Fp8Cache``/
+    ``Mxfp4Cache`` or the benchmark form (bf16 (N, 1, 576) tensor, (fp8 tensor, scale) or (fp4
+    bytes (N, 1, 288), E8M0 scales (>=N, >=18))). kv_indptr, qo_indptr: (batch+1,) int32/int64
+    prefix sums (qo_indptr None: one query token per request). With Lq > 1 query tokens, token i
+    sees cache rows 0 .. Lk-Lq+i of its request. sm_scale: default 1/sqrt(576).
+    out: optional contiguous (total_q, H, 512) bf16 to write. Returns out (a new tensor unless
+    given) and, with ``return_lse``, lse (total_q, H) float32 natural log.
+    """
+    checked = validate.check_decode_inputs(q, cache, kv_indptr, qo_indptr, sm_scale, out)
+    cache = checked.cache
+    p = DecodePlan(kv_indptr, qo_indptr, q.shape[1], cache.format, checked.sm_scale, q.device, config)
+    if out is None:
+        out = torch.empty(q.shape[0], q.shape[1], VALUE_DIM, dtype=torch.bfloat16, device=q.device)
+    if return_lse:
+        out, lse = p.run(q, cache, out, return_lse=True)
+        return out, lse.clone()
+    return p.run(q, cache, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark entry point.
+
+#: Format ``custom_kernel`` picks when asked for 'auto': the fewest bytes that decode at speed.
+AUTO_FORMAT_ORDER = ("mxfp4", "fp8", "bf16")
+_PLAN_CACHE: "collections.OrderedDict[tuple, DecodePlan]" = collections.OrderedDict()
+_PLAN_CACHE_SIZE = 32
+
+
+def choose_format(kv_data: dict) -> str:
+    """The format ``custom_kernel(data, 'auto')`` uses among those present in ``kv_data``."""
+    for fmt in AUTO_FORMAT_ORDER:
+        if fmt in kv_data:
+            return fmt
+    raise ValueError(f"kv_data holds none of {FORMATS}: keys {sorted(kv_data)}")
+
+
+def cached_plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, num_heads: int, fmt: str,
+                sm_scale: float | None, config_key: tuple) -> DecodePlan:
+    """A plan from the per-shape cache, made on first use. ``config_key`` identifies the batch
+    layout (batch, Lq, Lk from the benchmark config); the kernels derive every chunk from the
+    device indptrs, so a reused plan is always correct, only its balance depends on the lengths."""
+    key = (fmt, num_heads, tuple(kv_indptr.shape), tuple(qo_indptr.shape), kv_indptr.device, sm_scale, config_key)
+    p = _PLAN_CACHE.get(key)
+    if p is None:
+        p = plan(kv_indptr, qo_indptr, num_heads, fmt, sm_scale)
+        _PLAN_CACHE[key] = p
+        if len(_PLAN_CACHE) > _PLAN_CACHE_SIZE:
+            _PLAN_CACHE.popitem(last=False)
+    else:
+        _PLAN_CACHE.move_to_end(key)
+    return p
+
+
+def custom_kernel(data, fmt: str = "auto") -> torch.Tensor:
+    """The benchmark's entry point: ``data = (q, kv_data, qo_indptr, kv_indptr, config)`` as made by
+    ``mixmla.inputs.generate_input`` (SPEC.md). fmt: 'auto' (the fastest format present) or one
+    of 'bf16', 'fp8', 'mxfp4'. Returns a new (total_q, H, 512) bf16 tensor.
+
+    Plans are cached by shape (the first call of a shape reads the indptrs on the host; later
+    calls launch directly).
+    """
+    validate.check_benchmark_data(data, fmt)
+    q, kv_data, qo_indptr, kv_indptr, config = data
+    fmt = choose_format(kv_data) if fmt == "auto" else fmt
+    cache = as_cache(kv_data[fmt])
+    sm_scale = config.get("sm_scale")
+    config_key = (config.get("batch_size"), config.get("q_seq_len"), config.get("kv_seq_len"))
+    p = cached_plan(kv_indptr, qo_indptr, q.shape[1], fmt, sm_scale, config_key)
+    out = torch.empty(q.shape[0], q.shape[1], VALUE_DIM, dtype=torch.bfloat16, device=q.device)
+    return p.run(q, cache, out)
+
+
+def format_bytes_per_token(fmt: str) -> int:
+    """Cache bytes read per cached token: bf16 1152, fp8 576, mxfp4 306."""
+    return {"bf16": 1152, "fp8": 576, "mxfp4": 306}[fmt]
+
+
+__all__ = ["DecodePlan", "plan", "mla_decode", "custom_kernel", "choose_format", "format_bytes_per_token"]

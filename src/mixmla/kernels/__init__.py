@@ -1,0 +1,1 @@
+"""Triton kernels: tile loaders per format, the online softmax, the decode and combine kernels."""

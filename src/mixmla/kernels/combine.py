@@ -1,0 +1,56 @@
+"""Merges the per-chunk partial results of ``decode.py`` into the final output.
+
+Each partial is a normalized output row and its base-2 log-sum-exp; the merge is the same
+online rescaling as the softmax itself (``softmax.merge_step``), so a request may have any number
+of chunks, and a chunk that saw nothing (``lse = -inf``) weighs nothing.
+"""
+
+import triton
+import triton.language as tl
+
+from .softmax import LN2, finish_rows, merge_step
+
+VALUE_DIM: tl.constexpr = 512
+
+
+@triton.jit
+def mla_combine_kernel(
+    part_o_ptr, part_lse_ptr, rows_max, split_indptr, qo_indptr,
+    out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
+    H: tl.constexpr, BLOCK_R: tl.constexpr, WRITE_LSE: tl.constexpr,
+):
+    """Grid: (batch, row blocks).
+
+    part_o (num_work, rows_max, 512) float32 and part_lse (num_work, rows_max) base 2, as the
+    decode kernel wrote them; the work items of request b are ``split_indptr[b] ..
+    split_indptr[b+1]``. Writes out (total_q, H, 512) bf16 and, if WRITE_LSE, lse (total_q, H)
+    float32 natural log.
+    """
+    req = tl.program_id(0)
+    row_block = tl.program_id(1)
+    q_start = tl.load(qo_indptr + req).to(tl.int64)
+    q_len = tl.load(qo_indptr + req + 1) - q_start
+    rows = row_block * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < q_len * H
+    cols = tl.arange(0, VALUE_DIM)
+    w_begin = tl.load(split_indptr + req)
+    w_end = tl.load(split_indptr + req + 1)
+
+    m = tl.full((BLOCK_R,), float("-inf"), tl.float32)
+    weight_sum = tl.zeros((BLOCK_R,), tl.float32)
+    acc = tl.zeros((BLOCK_R, VALUE_DIM), tl.float32)
+    part_rows = w_begin.to(tl.int64) * rows_max + rows
+    for _ in range(w_begin, w_end):
+        lse2 = tl.load(part_lse_ptr + part_rows, mask=row_ok, other=float("-inf"))
+        part = tl.load(part_o_ptr + part_rows[:, None] * VALUE_DIM + cols[None, :], mask=row_ok[:, None], other=0.0)
+        weight, alpha, m, weight_sum = merge_step(lse2, m, weight_sum)
+        acc = acc * alpha[:, None] + part * weight[:, None]
+        part_rows += rows_max
+
+    inv_w, lse2 = finish_rows(m, weight_sum)
+    q_tok = rows // H
+    head = rows % H
+    out_rows = out_ptr + (q_start + q_tok) * stride_ot + head * stride_oh
+    tl.store(out_rows[:, None] + cols[None, :], (acc * inv_w[:, None]).to(tl.bfloat16), mask=row_ok[:, None])
+    if WRITE_LSE:
+        tl.store(lse_ptr + (q_start + q_tok) * stride_lt + head, lse2 * LN2, mask=row_ok)

@@ -1,0 +1,123 @@
+"""The split-K MLA decode kernel.
+
+One program handles one work item of the plan (a request and one contiguous chunk of its cached
+tokens) for ``BLOCK_R`` query rows (a row is one (query token, head) pair). It reads each cached
+token once and uses it for every row, both as a key (576 values) and as a value (its first 512),
+keeps the online softmax in float32, and writes either the final bf16 output (when the request has
+a single chunk) or a normalized partial result and its log-sum-exp for ``combine.py``.
+
+Chunk bounds are derived on the device from ``kv_indptr`` and the number of chunks the plan gave
+the request, so new indptr contents never make the kernel read outside a request; they can only
+make the plan's balance worse.
+"""
+
+import triton
+import triton.language as tl
+
+from .loaders import NOPE_HALF, ROPE_HALF, FMT_FP8, load_kv_tile, load_query_piece, store_value_rows
+from .softmax import LN2, finish_rows, online_softmax_step
+
+
+@triton.jit
+def _dot(a, b, DOT_F32: tl.constexpr):
+    # Triton 3.6's interpreter returns garbage for bf16 dots, so it computes them in float32.
+    if DOT_F32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def mla_decode_kernel(
+    q_ptr, stride_qt, stride_qh,
+    kv_ptr, kv_stride, scale_ptr, scale_stride, fp8_scale_ptr,
+    kv_indptr, qo_indptr,
+    work_req, work_split, work_nsplit,
+    out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
+    part_o_ptr, part_lse_ptr, rows_max,
+    sm_scale, value_scale,
+    H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, FORMAT: tl.constexpr,
+    DIRECT: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_F32: tl.constexpr,
+):
+    """Grid: (work items, row blocks).
+
+    q (total_q, H, 576) bf16 with strides (stride_qt, stride_qh, 1). Cache rows as described in
+    ``loaders.load_kv_tile``. work_req/work_split/work_nsplit (num_work,) int32: the request of
+    each work item, which chunk it is and how many chunks that request has. DIRECT: write
+    ``out`` (total_q, H, 512) bf16 and ``lse`` (total_q, H) float32 natural log; otherwise write
+    ``part_o`` (num_work, rows_max, 512) float32 and ``part_lse`` (num_work, rows_max) base 2.
+    sm_scale: softmax scale; value_scale: the factor that turns the loader's values into true
+    values (times the fp8 tensor scale read from ``fp8_scale_ptr`` for fp8).
+    """
+    work = tl.program_id(0)
+    row_block = tl.program_id(1)
+    req = tl.load(work_req + work)
+    split = tl.load(work_split + work)
+    num_splits = tl.load(work_nsplit + work)
+    kv_start = tl.load(kv_indptr + req).to(tl.int64)
+    kv_len = (tl.load(kv_indptr + req + 1) - kv_start).to(tl.int32)
+    q_start = tl.load(qo_indptr + req).to(tl.int64)
+    q_len = (tl.load(qo_indptr + req + 1) - q_start).to(tl.int32)
+
+    if FORMAT == FMT_FP8:
+        value_scale = value_scale * tl.load(fp8_scale_ptr)
+    qk_scale = sm_scale * value_scale * 1.4426950408889634  # scores in base 2
+
+    rows = row_block * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < q_len * H
+    q_tok = rows // H
+    head = rows % H
+    q_rows = q_ptr + (q_start + q_tok) * stride_qt + head * stride_qh
+    q_nope_a = load_query_piece(q_rows, row_ok, False, False, FORMAT, NOPE_HALF)
+    q_nope_b = load_query_piece(q_rows, row_ok, False, True, FORMAT, NOPE_HALF)
+    q_rope_a = load_query_piece(q_rows, row_ok, True, False, FORMAT, ROPE_HALF)
+    q_rope_b = load_query_piece(q_rows, row_ok, True, True, FORMAT, ROPE_HALF)
+    if DOT_F32:
+        q_nope_a = q_nope_a.to(tl.float32)
+        q_nope_b = q_nope_b.to(tl.float32)
+        q_rope_a = q_rope_a.to(tl.float32)
+        q_rope_b = q_rope_b.to(tl.float32)
+
+    # The query tokens are the last q_len positions: token i sees positions 0 .. kv_len - q_len + i.
+    last_visible = kv_len - q_len + q_tok
+    chunk = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_T) * BLOCK_T
+    t_begin = split * chunk
+    t_end = tl.minimum(kv_len, t_begin + chunk)
+    # Positions no row of this block can see need not be read.
+    block_last_tok = tl.minimum(q_len - 1, (row_block * BLOCK_R + BLOCK_R - 1) // H)
+    t_end = tl.minimum(t_end, kv_len - q_len + block_last_tok + 1)
+
+    m = tl.full((BLOCK_R,), float("-inf"), tl.float32)
+    l = tl.zeros((BLOCK_R,), tl.float32)
+    acc_a = tl.zeros((BLOCK_R, NOPE_HALF), tl.float32)
+    acc_b = tl.zeros((BLOCK_R, NOPE_HALF), tl.float32)
+    for t0 in range(t_begin, t_end, BLOCK_T):
+        pos = t0 + tl.arange(0, BLOCK_T)
+        tok_ok = pos < t_end
+        k_nope_a, k_nope_b, k_rope_a, k_rope_b = load_kv_tile(
+            kv_ptr, kv_stride, scale_ptr, scale_stride, kv_start + pos, tok_ok, FORMAT)
+        scores = _dot(q_nope_a, tl.trans(k_nope_a), DOT_F32)
+        scores += _dot(q_nope_b, tl.trans(k_nope_b), DOT_F32)
+        scores += _dot(q_rope_a, tl.trans(k_rope_a), DOT_F32)
+        scores += _dot(q_rope_b, tl.trans(k_rope_b), DOT_F32)
+        visible = tok_ok[None, :] & (pos[None, :] <= last_visible[:, None])
+        scores = tl.where(visible, scores * qk_scale, float("-inf"))
+        p, alpha, m, l = online_softmax_step(scores, m, l)
+        p_op = p.to(tl.bfloat16)
+        if DOT_F32:
+            p_op = p_op.to(tl.float32)
+        acc_a = acc_a * alpha[:, None] + _dot(p_op, k_nope_a, DOT_F32)
+        acc_b = acc_b * alpha[:, None] + _dot(p_op, k_nope_b, DOT_F32)
+
+    inv_l, lse2 = finish_rows(m, l)
+    out_factor = (inv_l * value_scale)[:, None]
+    if DIRECT:
+        out_rows = out_ptr + (q_start + q_tok) * stride_ot + head * stride_oh
+        store_value_rows(out_rows, acc_a * out_factor, acc_b * out_factor, row_ok, FORMAT)
+        if WRITE_LSE:
+            tl.store(lse_ptr + (q_start + q_tok) * stride_lt + head, lse2 * LN2, mask=row_ok)
+    else:
+        part_rows = work.to(tl.int64) * rows_max + rows
+        store_value_rows(part_o_ptr + part_rows * (2 * NOPE_HALF), acc_a * out_factor, acc_b * out_factor,
+                         row_ok, FORMAT)
+        tl.store(part_lse_ptr + part_rows, lse2, mask=row_ok)

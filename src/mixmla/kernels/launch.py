@@ -1,0 +1,90 @@
+"""Host side of the kernels: turns a cache container and a schedule into kernel arguments.
+
+Only this module knows the kernels' argument lists; ``mixmla.api`` deals in caches and plans.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..formats import Bf16Cache, Fp8Cache, KVCache, Mxfp4Cache
+from ..plan import KernelConfig, Schedule
+from .combine import mla_combine_kernel
+from .decode import mla_decode_kernel
+from .loaders import FMT_BF16, FMT_FP8, FMT_MXFP4
+
+COMBINE_BLOCK_R = 16  #: rows per combine program: 16 x 512 float32 accumulators fit in registers
+
+
+def interpreter_active() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def cache_arguments(cache: KVCache):
+    """``(FORMAT, kv, kv_stride, scales, scale_stride, fp8_scale, value_scale)`` for the decode
+    kernel. ``value_scale`` turns the loader's values into true values (fp8: times the tensor scale,
+    which the kernel reads from ``fp8_scale`` on the device, so no host sync is needed)."""
+    if isinstance(cache, Bf16Cache):
+        return FMT_BF16, cache.data, cache.data.stride(0), cache.data, 0, cache.data, 1.0
+    if isinstance(cache, Fp8Cache):
+        data = cache.data.view(torch.uint8)
+        # e4m3fnuz bits read as e4m3fn are twice the value (exponent bias 8 instead of 7).
+        value_scale = 0.5 if cache.is_fnuz else 1.0
+        return FMT_FP8, data, data.stride(0), data, 0, cache.scale, value_scale
+    if isinstance(cache, Mxfp4Cache):
+        return FMT_MXFP4, cache.data, cache.data.stride(0), cache.scales, cache.scales.stride(0), cache.data, 1.0
+    raise TypeError(f"unsupported cache type {type(cache).__name__}")
+
+
+def launch_decode(
+    q: torch.Tensor,
+    cache: KVCache,
+    kv_indptr: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    schedule: Schedule,
+    work: tuple,
+    workspace: tuple,
+    out: torch.Tensor,
+    lse: torch.Tensor | None,
+    sm_scale: float,
+    num_heads: int,
+    config: KernelConfig,
+) -> None:
+    """Launch decode (and combine unless the schedule is direct).
+
+    q (total_q, H, 576) bf16; kv_indptr, qo_indptr (batch+1,) int32 on q's device;
+    work = (work_req, work_split, work_nsplit, split_indptr) int32 device tensors of ``schedule``;
+    workspace = (part_o (num_work, rows_max, 512) float32, part_lse (num_work, rows_max) float32);
+    out (total_q, H, 512) bf16, written; lse (total_q, H) float32 natural log, written if given.
+    """
+    fmt, kv, kv_stride, scales, scale_stride, fp8_scale, value_scale = cache_arguments(cache)
+    work_req, work_split, work_nsplit, split_indptr = work
+    part_o, part_lse = workspace
+    write_lse = lse is not None
+    lse_arg = lse if write_lse else out
+    lse_stride = lse.stride(0) if write_lse else 0
+    dot_f32 = interpreter_active()
+    grid = (schedule.num_work, schedule.row_blocks)
+    mla_decode_kernel[grid](
+        q, q.stride(0), q.stride(1),
+        kv, kv_stride, scales, scale_stride, fp8_scale,
+        kv_indptr, qo_indptr,
+        work_req, work_split, work_nsplit,
+        out, out.stride(0), out.stride(1), lse_arg, lse_stride,
+        part_o, part_lse, schedule.rows_max,
+        sm_scale, value_scale,
+        H=num_heads, BLOCK_R=schedule.block_r, BLOCK_T=config.block_t, FORMAT=fmt,
+        DIRECT=schedule.direct, WRITE_LSE=write_lse, DOT_F32=dot_f32,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if not schedule.direct:
+        batch = split_indptr.shape[0] - 1
+        mla_combine_kernel[(batch, -(-schedule.rows_max // COMBINE_BLOCK_R))](
+            part_o, part_lse, schedule.rows_max, split_indptr, qo_indptr,
+            out, out.stride(0), out.stride(1), lse_arg, lse_stride,
+            H=num_heads, BLOCK_R=COMBINE_BLOCK_R, WRITE_LSE=write_lse,
+            num_warps=4,
+        )

@@ -1,0 +1,138 @@
+"""Tile loaders, one per cache format, all with the same shape of result.
+
+A cached token is 576 values. Triton tiles must be powers of two, so every loader splits a token
+into four bf16 pieces, returned as ``(nope_a, nope_b, rope_a, rope_b)`` of shapes
+(T, 256), (T, 256), (T, 32), (T, 32). ``column_map`` says which of the 576 values each piece
+holds, so that the query is loaded and the output stored with the same columns:
+
+- bf16 and fp8 ("halves"): nope_a = values 0..255, nope_b = 256..511, rope_a = 512..543,
+  rope_b = 544..575.
+- MXFP4 ("interleaved"): a byte holds two neighbouring values, so nope_a = the even values
+  0, 2, .., 510 (low nibbles), nope_b = the odd values (high nibbles), and likewise for the rope.
+  Keeping them apart avoids interleaving registers, which Triton would do through shared memory.
+
+The fp8 loader returns the stored fp8 values; their per-tensor scale is folded into the softmax
+scale and the output instead of multiplying every element. bf16 and MXFP4 loaders return true
+values (MXFP4 applies its per-block exponent while building the bf16 bits).
+"""
+
+import triton
+import triton.language as tl
+
+FMT_BF16: tl.constexpr = 0
+FMT_FP8: tl.constexpr = 1
+FMT_MXFP4: tl.constexpr = 2
+
+NOPE_HALF: tl.constexpr = 256
+ROPE_HALF: tl.constexpr = 32
+
+
+@triton.jit
+def column_map(i, IS_ROPE: tl.constexpr, SECOND: tl.constexpr, FORMAT: tl.constexpr):
+    """Column (0..575) of the key/query/output held at position ``i`` of a piece."""
+    if FORMAT == FMT_MXFP4:
+        base = 512 if IS_ROPE else 0
+        return base + 2 * i + (1 if SECOND else 0)
+    else:
+        if IS_ROPE:
+            return 512 + i + (ROPE_HALF if SECOND else 0)
+        else:
+            return i + (NOPE_HALF if SECOND else 0)
+
+
+@triton.jit
+def _load_plain(row_ptr, col0, WIDTH: tl.constexpr, mask, other=0):
+    cols = col0 + tl.arange(0, WIDTH)
+    return tl.load(row_ptr[:, None] + cols[None, :], mask=mask[:, None], other=other)
+
+
+@triton.jit
+def _fp8_to_bf16(x):
+    # e4m3fn bits reinterpreted; the hardware conversion handles subnormals and signs exactly.
+    return x.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16)
+
+
+@triton.jit
+def _mx_exponent_base(scale_bytes):
+    """Per E8M0 byte ``b``: the bf16 bit pattern ``(b - 1) << 7`` that, plus ``magnitude << 6``,
+    is the bf16 of ``E2M1(magnitude) * 2**(b - 127)`` for magnitudes 2..7; -1 marks bytes whose
+    values leave the normal bf16 range (b < 2 or b > 252, and the NaN byte 255)."""
+    b = scale_bytes.to(tl.int32)
+    return tl.where((b >= 2) & (b <= 252), (b - 1) << 7, -1)
+
+
+@triton.jit
+def _mx_decode(codes, base):
+    """bf16 values of E2M1 codes (int32, low 4 bits) given their block's ``_mx_exponent_base``.
+
+    Pure integer work: magnitude m >= 2 is ``base + (m << 6)``, m == 1 (0.5) is ``base``, m == 0
+    is zero; no subnormal is ever formed, so the result is exact on every backend. An unsupported
+    block scale gives NaN, so it cannot pass as a wrong number.
+    """
+    mag = codes & 0x7
+    bits = tl.where(mag >= 2, base + (mag << 6), tl.where(mag == 1, base, 0))
+    bits = tl.where(base < 0, 0x7FC0, bits) | ((codes & 0x8) << 12)
+    return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def _load_mxfp4_piece(row_ptr, srow_ptr, byte0, scale0, WIDTH: tl.constexpr, mask):
+    """Decode WIDTH packed bytes (2*WIDTH values) into (even values, odd values), each (T, WIDTH)
+    bf16."""
+    packed = _load_plain(row_ptr, byte0, WIDTH, mask).to(tl.int32)
+    NBLK: tl.constexpr = WIDTH // 16
+    # Masked rows get the neutral byte 127 so they decode to zeros, not NaN (0 * NaN would poison P @ V).
+    base = _mx_exponent_base(_load_plain(srow_ptr, scale0, NBLK, mask, 127))  # (T, NBLK)
+    T: tl.constexpr = packed.shape[0]
+    base = tl.reshape(tl.broadcast_to(base[:, :, None], (T, NBLK, 16)), (T, WIDTH))
+    return _mx_decode(packed, base), _mx_decode(packed >> 4, base)
+
+
+@triton.jit
+def load_kv_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr):
+    """Load and decode cached tokens ``tok`` (T,) int64 rows, masked by ``tok_mask`` (T,).
+
+    kv_ptr: bf16 elements (bf16), bytes (fp8 e4m3fn bits, MXFP4 packed codes); kv_stride: row
+    stride in those units. scale_ptr/scale_stride: MXFP4 E8M0 bytes and their row stride (unused
+    otherwise). Returns ``(nope_a, nope_b, rope_a, rope_b)`` bf16 as described in the module doc.
+    Masked rows are zeros.
+    """
+    row_ptr = kv_ptr + tok * kv_stride
+    if FORMAT == FMT_MXFP4:
+        srow_ptr = scale_ptr + tok * scale_stride
+        nope_a, nope_b = _load_mxfp4_piece(row_ptr, srow_ptr, 0, 0, NOPE_HALF, tok_mask)
+        rope_a, rope_b = _load_mxfp4_piece(row_ptr, srow_ptr, NOPE_HALF, NOPE_HALF // 16, ROPE_HALF, tok_mask)
+    else:
+        nope_a = _load_plain(row_ptr, 0, NOPE_HALF, tok_mask)
+        nope_b = _load_plain(row_ptr, NOPE_HALF, NOPE_HALF, tok_mask)
+        rope_a = _load_plain(row_ptr, 2 * NOPE_HALF, ROPE_HALF, tok_mask)
+        rope_b = _load_plain(row_ptr, 2 * NOPE_HALF + ROPE_HALF, ROPE_HALF, tok_mask)
+        if FORMAT == FMT_FP8:
+            nope_a = _fp8_to_bf16(nope_a)
+            nope_b = _fp8_to_bf16(nope_b)
+            rope_a = _fp8_to_bf16(rope_a)
+            rope_b = _fp8_to_bf16(rope_b)
+    return nope_a, nope_b, rope_a, rope_b
+
+
+@triton.jit
+def load_query_piece(q_row_ptr, row_mask, IS_ROPE: tl.constexpr, SECOND: tl.constexpr,
+                     FORMAT: tl.constexpr, WIDTH: tl.constexpr):
+    """Query values matching one key piece: (R, WIDTH) bf16 from rows ``q_row_ptr`` (R,)."""
+    cols = column_map(tl.arange(0, WIDTH), IS_ROPE, SECOND, FORMAT)
+    return tl.load(q_row_ptr[:, None] + cols[None, :], mask=row_mask[:, None], other=0.0)
+
+
+@triton.jit
+def store_value_rows(row_ptr, part_a, part_b, row_mask, FORMAT: tl.constexpr):
+    """Store the two output pieces (R, 256) of ``load_kv_tile``'s value columns as 512 contiguous
+    values per row at ``row_ptr`` (R,), in true column order, cast to the pointer's dtype."""
+    if FORMAT == FMT_MXFP4:
+        cols = tl.arange(0, 2 * NOPE_HALF)
+        vals = tl.interleave(part_a, part_b)
+        tl.store(row_ptr[:, None] + cols[None, :], vals.to(row_ptr.dtype.element_ty), mask=row_mask[:, None])
+    else:
+        cols = tl.arange(0, NOPE_HALF)
+        tl.store(row_ptr[:, None] + cols[None, :], part_a.to(row_ptr.dtype.element_ty), mask=row_mask[:, None])
+        tl.store(row_ptr[:, None] + NOPE_HALF + cols[None, :], part_b.to(row_ptr.dtype.element_ty),
+                 mask=row_mask[:, None])
