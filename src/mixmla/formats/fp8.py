@@ -32,5 +32,11 @@ def quantize_fp8(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> F
 
 
 def dequantize_fp8(cache: Fp8Cache, dtype: torch.dtype = torch.float32, rows: slice = slice(None)) -> torch.Tensor:
-    """Exact values ``data * scale`` of ``rows`` as a (rows, 576) tensor of ``dtype``."""
-    return (cache.data[rows].to(torch.float32) * cache.scale).to(dtype)
+    """Exact values ``data * scale`` of ``rows`` as a (rows, 576) tensor of ``dtype``.
+
+    The product of a 4-bit-significand fp8 value and a float32 scale needs 28 bits: it is formed in
+    float64 when float64 is asked for (the reference's ground truth), else in float32, which rounds
+    it once, exactly as casting the float64 product would.
+    """
+    wide = torch.float64 if dtype == torch.float64 else torch.float32
+    return (cache.data[rows].to(wide) * cache.scale.to(wide)).to(dtype)
