@@ -395,6 +395,22 @@ def test_check_run_inputs_reads_no_values(device, monkeypatch):
     validate.check_run_inputs(p, args["q"], args["cache"], out)
 
 
+def test_check_run_inputs_replacement_indptrs(device, other_device):
+    """Replacement indptrs for one run (custom_kernel with fresh tensors) are checked structurally."""
+    args = good_args(device, "bf16")
+    p = _api().plan(args["kv_indptr"], args["qo_indptr"], num_heads=H, fmt="bf16", device=device)
+    ok = torch.tensor([0, 2, 8], dtype=torch.int32, device=device)
+    validate.check_run_inputs(p, args["q"], args["cache"], None, kv_indptr=ok, qo_indptr=args["qo_indptr"])
+    bad = [
+        (dict(kv_indptr=torch.tensor([0, 2, 5, 8], dtype=torch.int32, device=device)), ValueError, r"kv_indptr.*batch"),
+        (dict(qo_indptr=ok.float()), TypeError, r"qo_indptr"),
+        (dict(kv_indptr=ok.to(other_device)), ValueError, r"kv_indptr.*on"),
+    ]
+    for kw, exc, pattern in bad:
+        with pytest.raises(exc, match=pattern):
+            validate.check_run_inputs(p, args["q"], args["cache"], None, **kw)
+
+
 CUSTOM_CASES = [
     ("data-not-tuple", lambda d: {"q": d[0]}, "auto", TypeError, r"data"),
     ("data-wrong-length", lambda d: d[:4], "auto", TypeError, r"data"),

@@ -408,14 +408,18 @@ def _plan_attr(plan, attr: str):
                              f"{type(plan).__name__} does not have it") from None
 
 
-def check_run_inputs(plan, q, cache, out=None):
+def check_run_inputs(plan, q, cache, out=None, kv_indptr=None, qo_indptr=None):
     """Structural checks for ``DecodePlan.run``: metadata only, no sync, no allocation.
 
     Compares q and the cache against what the plan was made for. ``plan`` must expose
     ``device`` (torch.device), ``num_heads`` (H), ``total_q`` (``qo_indptr[-1]``), ``fmt``
-    ('bf16'/'fp8'/'mxfp4') and ``total_kv`` (``kv_indptr[-1]``, the cache rows the plan reads).
+    ('bf16'/'fp8'/'mxfp4') and ``total_kv`` (``kv_indptr[-1]``, the cache rows the plan reads);
+    ``batch`` too when new indptrs are given.
     q: (total_q, H, 576) bf16 on the plan's device; cache: the plan's format with at least
     ``total_kv`` rows; out: None or contiguous (total_q, H, 512) bf16 on that device.
+    kv_indptr, qo_indptr: optional replacement indptrs for this run (same batch, int32/int64,
+    on the plan's device); their *values* are not checked (that would sync): the caller promises
+    they start at 0, are non-decreasing, stay within the cache and end at total_q.
     Returns the wrapped cache. The fp8 scale's value is not checked here (that would sync).
     """
     device = _plan_attr(plan, "device")
@@ -439,6 +443,11 @@ def check_run_inputs(plan, q, cache, out=None):
         raise ValueError(f"cache has {kv_cache.num_tokens} rows but the plan's kv_indptr ends at {total_kv} "
                          f"(expected at least {total_kv} rows)")
     check_out(out, total_q, num_heads, q.device, inputs=[q, *_cache_tensors(kv_cache)])
+    if kv_indptr is not None or qo_indptr is not None:
+        batch = _plan_attr(plan, "batch")
+        for name, t in (("kv_indptr", kv_indptr), ("qo_indptr", qo_indptr)):
+            if t is not None:
+                check_indptr(name, t, device=q.device, batch=batch, check_values=False)
     return kv_cache
 
 
