@@ -110,10 +110,10 @@ def test_eval_leaderboard_regenerates_and_rechecks(tmp_path):
     out_json = str(tmp_path / "lb.json")
     assert eval_main(["leaderboard", specs, "--submission", path, "--max-count", "4", "--json", out_json]) == 0
     seen = sys.modules["mixmla_submission_good_lb"].SEEN
-    assert len(seen) == 5 and len(set(seen)) == 5  # 1 check + 4 timed calls, each on fresh inputs
     doc = json.loads(open(out_json).read())
     timing = doc["results"][0]["timing"]
-    assert timing["n"] == 4 and timing["best"] <= timing["mean"] <= timing["worst"]
+    assert 3 <= timing["n"] <= 4 and timing["best"] <= timing["mean"] <= timing["worst"]
+    assert len(seen) == 1 + timing["n"] and len(set(seen)) == len(seen)  # every timed call on fresh inputs
     assert doc["geomean_us"] == pytest.approx(timing["mean"])
 
     path = _write(tmp_path, "drift_lb.py", DRIFTS)

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from mixmla.harness.report import (
-    SCHEMA, fill_bandwidth, format_markdown, format_table, geomeans, make_row, new_results, validate_results,
-    write_all,
+    SCHEMA, fill_bandwidth, format_markdown, format_short, format_table, geomeans, main, make_row, new_results,
+    validate_results, write_all,
 )
 
 SPEC_A = {"batchsize": 4, "qseqlen": 1, "kvseqlen": 1024, "seed": 1}
@@ -120,3 +120,22 @@ def test_write_all_files_roundtrip(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert os.path.getsize(paths["chart"]) > 10_000
     assert open(paths["markdown"]).read() == format_markdown(res)
+
+
+def test_format_short_pivot():
+    lines = format_short(_results()).splitlines()
+    assert lines[0].split() == ["call/GPU", "us", "4x1024", "256x8192", "geomean"]
+    assert lines[1].split() == ["mixmla", "fp8", "40/10", "400/300", "126/55"]
+    assert lines[2].split() == ["mixmla", "auto", "45/9", "FAIL", "45/9*"]
+    assert lines[3].startswith("* geomean over the shapes that passed only")
+    assert lines[-1] == "HBM read ceiling 4000 GB/s"
+
+
+def test_report_main_reprints_a_saved_run(tmp_path, capsys):
+    paths = write_all(_results(), str(tmp_path))
+    assert main([paths["json"], "--short"]) == 0
+    assert "400/300" in capsys.readouterr().out
+    doc = json.loads(open(paths["json"]).read())
+    doc["rows"][0].pop("gpu")
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    assert main([str(tmp_path / "bad.json")]) == 1

@@ -29,7 +29,8 @@ from .stats import geomean
 
 __all__ = [
     "SCHEMA", "STATUSES", "new_results", "make_row", "fill_bandwidth", "geomeans", "validate_results",
-    "format_table", "format_markdown", "write_json", "write_markdown", "write_chart", "write_all",
+    "format_table", "format_short", "format_markdown", "write_json", "write_markdown", "write_chart", "write_all",
+    "main",
 ]
 
 SCHEMA = "mixmla-bench/1"
@@ -182,6 +183,42 @@ def _geomean_text(results: dict) -> str:
     return "\n".join(lines)
 
 
+def format_short(results: dict) -> str:
+    """A compact pivot: one line per implementation path, one column per shape, each cell
+    ``call latency mean / GPU median`` in us (``FAIL``/``err``/``n/a`` otherwise), then the geomeans.
+    Fits the last lines of a log."""
+    shapes = list(dict.fromkeys(r["shape_label"] for r in results["rows"]))
+    labels = list(dict.fromkeys(r["label"] for r in results["rows"]))
+    cell = {(r["shape_label"], r["label"]): r for r in results["rows"]}
+    short = {"ok": None, "check failed": "FAIL", "error": "err", "unsupported": "n/a", "skipped": "skip"}
+
+    def text(r):
+        if r is None:
+            return ""
+        if r["status"] != "ok":
+            return short[r["status"]]
+        lat, gpu = r.get("latency_us"), r.get("gpu")
+        return f"{_f(lat['mean'] if lat else None, '.0f')}/{_f(gpu['median_us'] if gpu else None, '.0f')}"
+
+    g = results.get("geomean") or {}
+    header = ["call/GPU us"] + shapes + ["geomean"]
+    body = []
+    for label in labels:
+        gm = g.get(label, {})
+        body.append([label] + [text(cell.get((s, label))) for s in shapes]
+                    + [f"{_f(gm.get('latency_us'), '.0f')}/{_f(gm.get('gpu_us'), '.0f')}"
+                       + ("*" if gm and gm["n_ok"] < gm["n_shapes"] else "")])
+    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in [header] + body]
+    if any(v["n_ok"] < v["n_shapes"] for v in g.values()):
+        lines.append("* geomean over the shapes that passed only")
+    ceiling = results.get("ceiling")
+    if ceiling:
+        lines.append(f"HBM read ceiling {ceiling['read_gbps']:.0f} GB/s")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------------- markdown
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
     esc = [[c.replace("|", "\\|") for c in r] for r in rows]
@@ -296,3 +333,26 @@ def write_all(results: dict, out_dir: str) -> dict:
     if chart:
         paths["chart"] = chart
     return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m mixmla.harness.report RESULTS.json [--short]``: print a saved run's table again."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m mixmla.harness.report", description=main.__doc__)
+    p.add_argument("results", help="a results.json written by mixmla bench")
+    p.add_argument("--short", action="store_true", help="the compact pivot table only")
+    args = p.parse_args(argv)
+    with open(args.results, encoding="utf-8") as f:
+        doc = json.load(f)
+    problems = validate_results(doc)
+    if problems:
+        print("results.json does not follow the schema: " + "; ".join(problems[:5]), file=sys.stderr)
+        return 1
+    print(format_short(doc) if args.short else format_table(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
