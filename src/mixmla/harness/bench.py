@@ -78,7 +78,7 @@ def select(text: str, allowed, what: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mixmla bench", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="mixmla bench", description=__doc__.split("\n\n")[0].replace("``", ""),
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", action="append", metavar="B,Lq,Lk[,H]",
                    help="a shape to run (repeatable): requests, query tokens, cached tokens per request, heads (16)")

@@ -104,7 +104,7 @@ def rule_for(mode: str, max_count: int | None = None, wall_cap_s: float | None =
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mixmla eval", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="mixmla eval", description=__doc__.split("\n\n")[0].replace("``", ""),
                                 epilog="example: mixmla eval leaderboard specs.txt --submission my_kernel.py",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=MODES)
