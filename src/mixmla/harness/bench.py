@@ -171,7 +171,7 @@ def _line(k: int, n: int, row: dict) -> str:
     if row["status"] != "ok":
         return head + (f": {row['note']}" if row.get("note") else "")
     lat, gpu = row.get("latency_us"), row.get("gpu")
-    s = head + f"  rel_l2 {row['check']['strict']['rel_l2']:.1e}"
+    s = head + (f"  rel_l2 {row['check']['strict']['rel_l2']:.1e}" if row.get("check") else "")
     if lat:
         s += f"  call {lat['mean']:.1f}±{lat['err']:.1f} us (n={lat['n']}, {lat['stop']})"
     if gpu:
@@ -182,34 +182,56 @@ def _line(k: int, n: int, row: dict) -> str:
 
 
 class _Progress:
-    """tqdm bar on a terminal; one printed line per finished case otherwise (logs, the H200 run)."""
+    """A progress bar on a terminal (rich, else tqdm); one printed line per finished case otherwise
+    (logs, the H200 run). Failures are always printed as a line."""
 
     def __init__(self, total: int):
-        self.total, self.k, self.bar = total, 0, None
-        if sys.stderr.isatty():
+        self.total, self.k = total, 0
+        self._rich = self._tqdm = None
+        if not sys.stderr.isatty():
+            return
+        try:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._rich = Progress(TextColumn("{task.description:<32}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), console=Console(stderr=True))
+            self._rich.start()
+            self._task = self._rich.add_task("mixmla bench", total=total)
+        except ImportError:
             try:
                 from tqdm import tqdm
 
-                self.bar = tqdm(total=total, unit="case", file=sys.stderr, dynamic_ncols=True)
+                self._tqdm = tqdm(total=total, unit="case", file=sys.stderr, dynamic_ncols=True)
             except ImportError:
                 pass
 
     def describe(self, text: str):
-        if self.bar is not None:
-            self.bar.set_description(text)
+        if self._rich is not None:
+            self._rich.update(self._task, description=text)
+        elif self._tqdm is not None:
+            self._tqdm.set_description(text)
 
     def done(self, row: dict):
         self.k += 1
-        if self.bar is not None:
-            self.bar.update(1)
-            if row["status"] not in ("ok", "skipped"):
-                self.bar.write(_line(self.k, self.total, row))
+        line = _line(self.k, self.total, row)
+        failed = row["status"] not in ("ok", "skipped")
+        if self._rich is not None:
+            self._rich.advance(self._task)
+            if failed:
+                self._rich.console.print(line, markup=False, highlight=False)
+        elif self._tqdm is not None:
+            self._tqdm.update(1)
+            if failed:
+                self._tqdm.write(line)
         else:
-            print(_line(self.k, self.total, row), flush=True)
+            print(line, flush=True)
 
     def close(self):
-        if self.bar is not None:
-            self.bar.close()
+        if self._rich is not None:
+            self._rich.stop()
+        elif self._tqdm is not None:
+            self._tqdm.close()
 
 
 # ---------------------------------------------------------------------------------------------- main
