@@ -83,3 +83,15 @@ def test_exit_status_counts_only_our_failures():
     assert exit_status([ok, peer_bad, skipped]) == 0
     assert exit_status([ok, make_row(spec, "1x1", "mixmla", "auto", "error")]) == 1
     assert exit_status([make_row(spec, "1x1", "mixmla", "mxfp4", "check failed")]) == 1
+
+
+def test_shipped_spec_files():
+    from pathlib import Path
+
+    from mixmla.inputs import BENCHMARK_SHAPES
+
+    specs = Path(__file__).resolve().parents[1] / "bench" / "specs"
+    assert load_specs(None, str(specs / "benchmark.txt")) == BENCHMARK_SHAPES
+    ext = load_specs(None, str(specs / "extended.txt"))
+    assert {s["qseqlen"] for s in ext} == {1, 4} and {s.get("numheads", 16) for s in ext} == {16, 32}
+    assert 128 in {s["batchsize"] for s in ext}
