@@ -22,13 +22,15 @@ MIN_BLOCK_R = 16  #: tl.dot needs at least 16 rows
 @dataclass(frozen=True)
 class KernelConfig:
     """Kernel shape for one format. block_t: cached tokens per loop step; num_warps, num_stages:
-    Triton launch options; items_per_sm and min_chunk: the split policy (see module doc)."""
+    Triton launch options; items_per_sm and min_chunk: the split policy (see module doc);
+    reload_values: read the value columns a second time instead of reusing the decoded keys."""
 
     block_t: int = 32
     num_warps: int = 4
     num_stages: int = 2
     items_per_sm: float = 2.0
     min_chunk: int = 64
+    reload_values: bool = False
 
 
 #: Defaults per format, chosen from the H200 sweep recorded in docs/PERF.md.

@@ -10,7 +10,7 @@ import triton.language as tl
 
 from .softmax import LN2, finish_rows, merge_step
 
-VALUE_DIM: tl.constexpr = 512
+VALUE_DIM = tl.constexpr(512)
 
 
 @triton.jit

@@ -14,7 +14,8 @@ make the plan's balance worse.
 import triton
 import triton.language as tl
 
-from .loaders import NOPE_HALF, ROPE_HALF, FMT_FP8, load_kv_tile, load_query_piece, store_value_rows
+from .loaders import (FMT_FP8, NOPE_HALF, ROPE_HALF, load_key_tile, load_query_piece, load_value_tile,
+                      store_value_rows)
 from .softmax import LN2, finish_rows, online_softmax_step
 
 
@@ -37,7 +38,7 @@ def mla_decode_kernel(
     part_o_ptr, part_lse_ptr, rows_max,
     sm_scale, value_scale,
     H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, FORMAT: tl.constexpr,
-    DIRECT: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_F32: tl.constexpr,
+    DIRECT: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_F32: tl.constexpr, RELOAD_VALUES: tl.constexpr,
 ):
     """Grid: (work items, row blocks).
 
@@ -46,7 +47,8 @@ def mla_decode_kernel(
     each work item, which chunk it is and how many chunks that request has. DIRECT: write
     ``out`` (total_q, H, 512) bf16 and ``lse`` (total_q, H) float32 natural log; otherwise write
     ``part_o`` (num_work, rows_max, 512) float32 and ``part_lse`` (num_work, rows_max) base 2.
-    sm_scale: softmax scale; value_scale: the factor that turns the loader's values into true
+    RELOAD_VALUES: read the value columns again (see ``loaders.load_value_tile``) instead of
+    reusing the decoded keys. sm_scale: softmax scale; value_scale: the factor that turns the loader's values into true
     values (times the fp8 tensor scale read from ``fp8_scale_ptr`` for fp8).
     """
     work = tl.program_id(0)
@@ -94,7 +96,7 @@ def mla_decode_kernel(
     for t0 in range(t_begin, t_end, BLOCK_T):
         pos = t0 + tl.arange(0, BLOCK_T)
         tok_ok = pos < t_end
-        k_nope_a, k_nope_b, k_rope_a, k_rope_b = load_kv_tile(
+        k_nope_a, k_nope_b, k_rope_a, k_rope_b = load_key_tile(
             kv_ptr, kv_stride, scale_ptr, scale_stride, kv_start + pos, tok_ok, FORMAT)
         scores = _dot(q_nope_a, tl.trans(k_nope_a), DOT_F32)
         scores += _dot(q_nope_b, tl.trans(k_nope_b), DOT_F32)
@@ -106,8 +108,13 @@ def mla_decode_kernel(
         p_op = p.to(tl.bfloat16)
         if DOT_F32:
             p_op = p_op.to(tl.float32)
-        acc_a = acc_a * alpha[:, None] + _dot(p_op, k_nope_a, DOT_F32)
-        acc_b = acc_b * alpha[:, None] + _dot(p_op, k_nope_b, DOT_F32)
+        if RELOAD_VALUES:
+            v_a, v_b = load_value_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, kv_start + pos, tok_ok, FORMAT)
+        else:
+            v_a = k_nope_a
+            v_b = k_nope_b
+        acc_a = acc_a * alpha[:, None] + _dot(p_op, v_a, DOT_F32)
+        acc_b = acc_b * alpha[:, None] + _dot(p_op, v_b, DOT_F32)
 
     inv_l, lse2 = finish_rows(m, l)
     out_factor = (inv_l * value_scale)[:, None]

@@ -61,6 +61,7 @@ def launch_decode(
     out (total_q, H, 512) bf16, written; lse (total_q, H) float32 natural log, written if given.
     """
     fmt, kv, kv_stride, scales, scale_stride, fp8_scale, value_scale = cache_arguments(cache)
+    fmt = int(getattr(fmt, "value", fmt))
     work_req, work_split, work_nsplit, split_indptr = work
     part_o, part_lse = workspace
     write_lse = lse is not None
@@ -77,7 +78,7 @@ def launch_decode(
         part_o, part_lse, schedule.rows_max,
         sm_scale, value_scale,
         H=num_heads, BLOCK_R=schedule.block_r, BLOCK_T=config.block_t, FORMAT=fmt,
-        DIRECT=schedule.direct, WRITE_LSE=write_lse, DOT_F32=dot_f32,
+        DIRECT=schedule.direct, WRITE_LSE=write_lse, DOT_F32=dot_f32, RELOAD_VALUES=config.reload_values,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if not schedule.direct:

@@ -19,12 +19,12 @@ values (MXFP4 applies its per-block exponent while building the bf16 bits).
 import triton
 import triton.language as tl
 
-FMT_BF16: tl.constexpr = 0
-FMT_FP8: tl.constexpr = 1
-FMT_MXFP4: tl.constexpr = 2
+FMT_BF16 = tl.constexpr(0)
+FMT_FP8 = tl.constexpr(1)
+FMT_MXFP4 = tl.constexpr(2)
 
-NOPE_HALF: tl.constexpr = 256
-ROPE_HALF: tl.constexpr = 32
+NOPE_HALF = tl.constexpr(256)
+ROPE_HALF = tl.constexpr(32)
 
 
 @triton.jit
@@ -41,9 +41,9 @@ def column_map(i, IS_ROPE: tl.constexpr, SECOND: tl.constexpr, FORMAT: tl.conste
 
 
 @triton.jit
-def _load_plain(row_ptr, col0, WIDTH: tl.constexpr, mask, other=0):
+def _load_plain(row_ptr, col0, WIDTH: tl.constexpr, mask, other, EVICT: tl.constexpr):
     cols = col0 + tl.arange(0, WIDTH)
-    return tl.load(row_ptr[:, None] + cols[None, :], mask=mask[:, None], other=other)
+    return tl.load(row_ptr[:, None] + cols[None, :], mask=mask[:, None], other=other, eviction_policy=EVICT)
 
 
 @triton.jit
@@ -76,43 +76,61 @@ def _mx_decode(codes, base):
 
 
 @triton.jit
-def _load_mxfp4_piece(row_ptr, srow_ptr, byte0, scale0, WIDTH: tl.constexpr, mask):
+def _load_mxfp4_piece(row_ptr, srow_ptr, byte0, scale0, WIDTH: tl.constexpr, mask, EVICT: tl.constexpr):
     """Decode WIDTH packed bytes (2*WIDTH values) into (even values, odd values), each (T, WIDTH)
     bf16."""
-    packed = _load_plain(row_ptr, byte0, WIDTH, mask).to(tl.int32)
+    packed = _load_plain(row_ptr, byte0, WIDTH, mask, 0, EVICT).to(tl.int32)
     NBLK: tl.constexpr = WIDTH // 16
     # Masked rows get the neutral byte 127 so they decode to zeros, not NaN (0 * NaN would poison P @ V).
-    base = _mx_exponent_base(_load_plain(srow_ptr, scale0, NBLK, mask, 127))  # (T, NBLK)
+    base = _mx_exponent_base(_load_plain(srow_ptr, scale0, NBLK, mask, 127, EVICT))  # (T, NBLK)
     T: tl.constexpr = packed.shape[0]
     base = tl.reshape(tl.broadcast_to(base[:, :, None], (T, NBLK, 16)), (T, WIDTH))
     return _mx_decode(packed, base), _mx_decode(packed >> 4, base)
 
 
 @triton.jit
-def load_kv_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr):
-    """Load and decode cached tokens ``tok`` (T,) int64 rows, masked by ``tok_mask`` (T,).
+def _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, BYTE0: tl.constexpr,
+               WIDTH: tl.constexpr, FORMAT: tl.constexpr, EVICT: tl.constexpr):
+    """Two bf16 pieces (T, WIDTH) of the token rows: the nope span (BYTE0 = 0, WIDTH = 256) or the
+    rope span (BYTE0 = 256, WIDTH = 32); BYTE0/WIDTH count MXFP4 bytes, and half-rows otherwise."""
+    row_ptr = kv_ptr + tok * kv_stride
+    if FORMAT == FMT_MXFP4:
+        srow_ptr = scale_ptr + tok * scale_stride
+        piece_a, piece_b = _load_mxfp4_piece(row_ptr, srow_ptr, BYTE0, BYTE0 // 16, WIDTH, tok_mask, EVICT)
+    else:
+        piece_a = _load_plain(row_ptr, 2 * BYTE0, WIDTH, tok_mask, 0, EVICT)
+        piece_b = _load_plain(row_ptr, 2 * BYTE0 + WIDTH, WIDTH, tok_mask, 0, EVICT)
+        if FORMAT == FMT_FP8:
+            piece_a = _fp8_to_bf16(piece_a)
+            piece_b = _fp8_to_bf16(piece_b)
+    return piece_a, piece_b
+
+
+@triton.jit
+def load_key_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr):
+    """Load and decode cached tokens ``tok`` (T,) int64 rows, masked by ``tok_mask`` (T,), as keys.
 
     kv_ptr: bf16 elements (bf16), bytes (fp8 e4m3fn bits, MXFP4 packed codes); kv_stride: row
     stride in those units. scale_ptr/scale_stride: MXFP4 E8M0 bytes and their row stride (unused
     otherwise). Returns ``(nope_a, nope_b, rope_a, rope_b)`` bf16 as described in the module doc.
     Masked rows are zeros.
     """
-    row_ptr = kv_ptr + tok * kv_stride
-    if FORMAT == FMT_MXFP4:
-        srow_ptr = scale_ptr + tok * scale_stride
-        nope_a, nope_b = _load_mxfp4_piece(row_ptr, srow_ptr, 0, 0, NOPE_HALF, tok_mask)
-        rope_a, rope_b = _load_mxfp4_piece(row_ptr, srow_ptr, NOPE_HALF, NOPE_HALF // 16, ROPE_HALF, tok_mask)
-    else:
-        nope_a = _load_plain(row_ptr, 0, NOPE_HALF, tok_mask)
-        nope_b = _load_plain(row_ptr, NOPE_HALF, NOPE_HALF, tok_mask)
-        rope_a = _load_plain(row_ptr, 2 * NOPE_HALF, ROPE_HALF, tok_mask)
-        rope_b = _load_plain(row_ptr, 2 * NOPE_HALF + ROPE_HALF, ROPE_HALF, tok_mask)
-        if FORMAT == FMT_FP8:
-            nope_a = _fp8_to_bf16(nope_a)
-            nope_b = _fp8_to_bf16(nope_b)
-            rope_a = _fp8_to_bf16(rope_a)
-            rope_b = _fp8_to_bf16(rope_b)
+    nope_a, nope_b = _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, 0, NOPE_HALF, FORMAT, "")
+    rope_a, rope_b = _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, NOPE_HALF, ROPE_HALF,
+                                FORMAT, "")
     return nope_a, nope_b, rope_a, rope_b
+
+
+@triton.jit
+def load_value_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr):
+    """The value columns (first 512) of the same tokens: ``(nope_a, nope_b)`` bf16 (T, 256) each.
+
+    Compressed formats are loaded a second time for their values rather than kept from the key
+    load: a load that feeds a single matrix product is software-pipelined by Triton (asynchronous
+    copies into shared memory), one that feeds two is not, and the second read hits L2.
+    """
+    # The second read is the last use: evict_first also keeps the compiler from merging it with the first.
+    return _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, 0, NOPE_HALF, FORMAT, "evict_first")
 
 
 @triton.jit

@@ -1,0 +1,169 @@
+"""Kernel-shape sweep on a GPU: correctness first, then GPU time per format and config.
+
+Usage (on the H200): ``PYTHONPATH=src python3 bench/sweep_kernels.py --out $OUT [--quick]``.
+Writes one JSON line per measurement to ``OUT/sweep.jsonl`` and prints a short table last.
+GPU time: ``triton.testing.do_bench`` median; do_bench zeroes a 256 MB buffer before every call,
+so the cache is read from HBM. Bytes counted: cache bytes per token x tokens + q + out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import triton
+
+import mixmla
+from mixmla.api import format_bytes_per_token
+from mixmla.formats import as_cache
+from mixmla.inputs import generate_input
+from mixmla.plan import DEFAULT_CONFIGS, KernelConfig
+from mixmla.reference import mla_decode_reference
+
+FORMATS = ("bf16", "fp8", "mxfp4")
+BENCH_SHAPES = [(4, 1024), (4, 8192), (32, 1024), (32, 8192), (64, 1024), (64, 8192), (256, 1024), (256, 8192)]
+
+
+def rel_l2(out, ref):
+    return ((out.double() - ref.double()).norm() / ref.double().norm().clamp(min=1e-300)).item()
+
+
+def measure_ceiling() -> float:
+    """Streaming read bandwidth (bytes/s): sum of a 4 GB bf16 tensor, do_bench median."""
+    x = torch.randn(2 * 1024**3, device="cuda", dtype=torch.bfloat16)
+    t = triton.testing.do_bench(lambda: x.sum(), warmup=25, rep=200, return_mode="median")
+    n = x.numel() * 2
+    del x
+    torch.cuda.empty_cache()
+    return n / (t * 1e-3)
+
+
+def bytes_moved(batch, lq, lk, heads, fmt):
+    return batch * lk * format_bytes_per_token(fmt) + batch * lq * heads * (576 + 512) * 2
+
+
+def time_plan(p, q, cache, out):
+    """GPU time (ms) of one run: median of CUDA-graph replays, L2 zeroed by do_bench before each."""
+    p.run(q, cache, out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        p.run(q, cache, out)
+    return triton.testing.do_bench(graph.replay, warmup=10, rep=60, return_mode="median")
+
+
+def correctness(log):
+    cases = [(4, 1, 1024, 16), (3, 1, 5000, 16), (2, 4, 777, 16), (2, 1, 300, 32), (2, 4, 129, 128), (5, 1, 0, 16),
+             (32, 1, 8192, 16)]
+    worst = {}
+    for (b, lq, lk, h), fmt in itertools.product(cases, FORMATS):
+        q, kv, qo, kvp, _ = generate_input(b, lq, lk, seed=b * 7 + lk, num_heads=h, device="cuda")
+        out = torch.full((q.shape[0], h, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+        out, lse = mixmla.mla_decode(q, kv[fmt], kvp, qo, out=out, return_lse=True)
+        ref, rlse = mla_decode_reference(q, kv[fmt], kvp, qo)
+        err = 0.0 if lk == 0 and out.abs().max().item() == 0 else rel_l2(out, ref)
+        nan = bool(torch.isnan(out).any())
+        lse_err = (lse.double() - rlse).nan_to_num(0.0).abs().max().item()
+        rec = dict(kind="check", shape=[b, lq, lk, h], fmt=fmt, rel_l2=err, nan=nan, lse_err=lse_err,
+                   ok=(not nan) and err <= 1e-2)
+        log(rec)
+        worst[fmt] = max(worst.get(fmt, 0.0), err if not nan else float("inf"))
+    return worst
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench/out"))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--formats", default=",".join(FORMATS))
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    fh = open(os.path.join(args.out, "sweep.jsonl"), "w")
+
+    def log(rec):
+        fh.write(json.dumps(rec) + "\n")
+        fh.flush()
+        print(json.dumps(rec), flush=True)
+
+    log(dict(kind="env", gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+             sms=torch.cuda.get_device_properties(0).multi_processor_count))
+    formats = args.formats.split(",")
+    t0 = time.time()
+    worst = {} if args.skip_check else correctness(log)
+    ceiling = measure_ceiling()
+    log(dict(kind="ceiling", bytes_per_s=ceiling))
+
+    # 1) kernel shape at the largest shape
+    big = (256, 1, 8192, 16)
+    best = {}
+    grid = os.environ.get("SWEEP_CFGS", "32,4,2,0;32,4,3,0;64,4,2,0;64,8,2,0;32,4,2,1;32,4,3,1;64,4,2,1;64,8,2,1;16,4,3,1")
+    shapes_cfg = [KernelConfig(block_t=bt, num_warps=nw, num_stages=ns, reload_values=bool(rl))
+                  for bt, nw, ns, rl in (map(int, c.split(",")) for c in grid.split(";"))]
+    if args.quick:
+        shapes_cfg = shapes_cfg[:4]
+    for fmt in formats:
+        q, kv, qo, kvp, _ = generate_input(big[0], big[1], big[2], seed=11, num_heads=big[3], device="cuda")
+        cache = as_cache(kv[fmt])
+        out = torch.empty(q.shape[0], big[3], 512, dtype=torch.bfloat16, device="cuda")
+        for cfg in shapes_cfg:
+            try:
+                p = mixmla.plan(kvp, qo, big[3], fmt, config=cfg)
+                ms = time_plan(p, q, cache, out)
+            except Exception as e:  # a config that does not compile (registers, shared memory) is skipped
+                log(dict(kind="cfg_fail", fmt=fmt, cfg=cfg.__dict__, err=repr(e)[:300]))
+                continue
+            bw = bytes_moved(*big[:3], big[3], fmt) / (ms * 1e-3)
+            log(dict(kind="cfg", fmt=fmt, shape=list(big), cfg=cfg.__dict__, us=ms * 1e3, frac=bw / ceiling))
+            if fmt not in best or ms < best[fmt][0]:
+                best[fmt] = (ms, cfg)
+        del q, kv, cache, out
+        torch.cuda.empty_cache()
+
+    # 2) split policy on every benchmark shape with the best kernel shape
+    table = []
+    policies = [(1.0, 32), (2.0, 32), (2.0, 128), (4.0, 32), (4.0, 128)]
+    if args.quick:
+        policies = [(2.0, 64)]
+    for (b, lk), fmt in itertools.product(BENCH_SHAPES, formats):
+        q, kv, qo, kvp, _ = generate_input(b, 1, lk, seed=b + lk, num_heads=16, device="cuda")
+        cache = as_cache(kv[fmt])
+        out = torch.empty(q.shape[0], 16, 512, dtype=torch.bfloat16, device="cuda")
+        base = best.get(fmt, (0, DEFAULT_CONFIGS[fmt]))[1]
+        results = []
+        for ips, mc in policies:
+            cfg = KernelConfig(base.block_t, base.num_warps, base.num_stages, ips, max(mc, base.block_t),
+                               base.reload_values)
+            p = mixmla.plan(kvp, qo, 16, fmt, config=cfg)
+            ms = time_plan(p, q, cache, out)
+            results.append((ms, ips, mc, p.schedule.num_work, p.schedule.direct))
+            log(dict(kind="policy", fmt=fmt, shape=[b, 1, lk, 16], items_per_sm=ips, min_chunk=mc, us=ms * 1e3,
+                     work=p.schedule.num_work, direct=p.schedule.direct))
+        ms, ips, mc, nw, direct = min(results)
+        bw = bytes_moved(b, 1, lk, 16, fmt) / (ms * 1e-3)
+        table.append((f"{b}x{lk}", fmt, ms * 1e3, bw / ceiling, ips, mc, nw))
+        del q, kv, cache, out
+        torch.cuda.empty_cache()
+
+    log(dict(kind="best_cfg", best={k: dict(us=v[0] * 1e3, cfg=v[1].__dict__) for k, v in best.items()}))
+    print(f"\nceiling {ceiling / 1e12:.2f} TB/s; worst strict rel L2 per format: {worst}; {time.time() - t0:.0f}s")
+    for fmt, (ms, cfg) in best.items():
+        print(f"best 256x8192 {fmt}: {ms * 1e3:.1f} us  bt={cfg.block_t} nw={cfg.num_warps} ns={cfg.num_stages} "
+              f"reload={cfg.reload_values}")
+    print(f"{'shape':>10} {'fmt':>6} {'us':>9} {'%HBM':>6} {'ips':>4} {'minc':>5} {'work':>5}")
+    for row in table:
+        print(f"{row[0]:>10} {row[1]:>6} {row[2]:9.1f} {100 * row[3]:6.1f} {row[4]:4.0f} {row[5]:5d} {row[6]:5d}")
+    for fmt in formats:
+        vals = [r[2] for r in table if r[1] == fmt]
+        print(f"geomean {fmt}: {math.exp(sum(map(math.log, vals)) / len(vals)):.1f} us")
+    fh.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
