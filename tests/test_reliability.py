@@ -21,7 +21,7 @@ import torch
 
 from mixmla import api
 from mixmla.check import check_strict
-from mixmla.formats import Bf16Cache, Fp8Cache, Mxfp4Cache, quantize
+from mixmla.formats import Bf16Cache, Fp8Cache, Mxfp4Cache, quantize, quantize_fp8
 from mixmla.reference import mla_decode_reference
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -178,6 +178,18 @@ def test_fp8_subnormal_values():
     p = build([25, 15], fmt="fp8", kv=kv, seed=7)
     codes = p.cache.data[:40].view(torch.uint8) & 0x7F
     assert ((codes >> 3) == 0).float().mean() > 0.5, "most values should be fp8 subnormals"
+    decode_and_check(p)
+
+
+def test_fp8_e4m3fnuz_cache():
+    """The AMD encoding (exponent bias 8, max 240) is accepted by the containers, so it must decode
+    right. Its code 0x7F (= 240, the value the block amax maps to) is NaN in e4m3fn: a decoder that
+    reads fnuz bits as e4m3fn turns the largest value into NaN. (The Triton interpreter does not
+    model fp8 NaN codes, so only the GPU run can catch that.)"""
+    p = build([30, 9], q_lens=[1, 2], fmt="bf16", seed=19)
+    gen = torch.Generator(device=DEVICE).manual_seed(19)
+    p.cache = quantize_fp8(torch.randn(39, 576, generator=gen, device=DEVICE), dtype=torch.float8_e4m3fnuz)
+    assert ((p.cache.data.view(torch.uint8) & 0x7F) == 0x7F).any(), "the amax must map to code 0x7F"
     decode_and_check(p)
 
 
