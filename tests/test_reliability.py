@@ -455,7 +455,7 @@ def _refill(p: Problem, seed: int) -> None:
 
 @gpu
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("kv_lens", [[1000, 3, 0, 5000], [256] * 8], ids=["split", "direct"])
+@pytest.mark.parametrize("kv_lens", [[1000, 3, 0, 5000], [1024] * 255 + [1000]], ids=["split", "direct"])
 def test_gpu_graph_replay_after_contents_change(fmt, kv_lens):
     p = build(kv_lens, q_lens=[1, 2, 1, 1] * (len(kv_lens) // 4), fmt=fmt, seed=30)
     plan = api.plan(p.kv_indptr, p.qo_indptr, num_heads=16, fmt=fmt, device=DEVICE)
