@@ -7,6 +7,9 @@ resources: registers, spills, shared memory. Catches compile errors before devic
 
 import argparse
 import os
+
+# Compile for real even on a machine without a GPU (mixmla would pick the interpreter there).
+os.environ["TRITON_INTERPRET"] = "0"
 import re
 import subprocess
 import tempfile

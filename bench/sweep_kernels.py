@@ -104,11 +104,14 @@ def main(argv=None):
     big = (256, 1, 8192, 16)
     best = {}
     grid = os.environ.get("SWEEP_CFGS", "32,4,2,0;32,4,3,0;64,4,2,0;64,8,2,0;32,4,2,1;32,4,3,1;64,4,2,1;64,8,2,1;16,4,3,1")
-    shapes_cfg = [KernelConfig(block_t=bt, num_warps=nw, num_stages=ns, reload_values=bool(rl))
-                  for bt, nw, ns, rl in (map(int, c.split(",")) for c in grid.split(";"))]
+    shapes_cfg = [] if grid == "none" else [
+        KernelConfig(block_t=bt, num_warps=nw, num_stages=ns, reload_values=bool(rl))
+        for bt, nw, ns, rl in (map(int, c.split(",")) for c in grid.split(";"))]
     if args.quick:
         shapes_cfg = shapes_cfg[:4]
-    for fmt in formats:
+    if grid == "none":
+        shapes_cfg = []
+    for fmt in formats if shapes_cfg else []:
         q, kv, qo, kvp, _ = generate_input(big[0], big[1], big[2], seed=11, num_heads=big[3], device="cuda")
         cache = as_cache(kv[fmt])
         out = torch.empty(q.shape[0], big[3], 512, dtype=torch.bfloat16, device="cuda")

@@ -335,8 +335,6 @@ def test_custom_kernel_matches_reference(fmt):
     assert result, result.message
 
 
-@pytest.mark.xfail(reason="api.custom_kernel reuses the cached plan's own indptr tensors instead of the ones "
-                          "passed in (found by this test; fix proposed to the lead)", strict=False)
 def test_custom_kernel_with_new_lengths_under_the_same_config():
     """custom_kernel caches plans by shape; a later call with the same config but other
     per-request lengths (and other tensors) must still be right."""

@@ -8,8 +8,17 @@ Quick start::
     out = p.run(q, mixmla.quantize_mxfp4(kv))                 # ... run many times (graph-safe)
 """
 
-from .api import DecodePlan, custom_kernel, mla_decode, plan
-from .formats import (
+import os as _os
+
+import torch as _torch
+
+# Without CUDA the kernels can only run in Triton's interpreter, which must be chosen before
+# triton is first imported (importing the API below imports it).
+if not _torch.cuda.is_available():
+    _os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from .api import DecodePlan, custom_kernel, mla_decode, plan  # noqa: E402
+from .formats import (  # noqa: E402
     Bf16Cache,
     Fp8Cache,
     Mxfp4Cache,
@@ -19,8 +28,8 @@ from .formats import (
     quantize_fp8,
     quantize_mxfp4,
 )
-from .plan import KernelConfig
-from .reference import mla_decode_reference
+from .plan import KernelConfig  # noqa: E402
+from .reference import mla_decode_reference  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -84,21 +84,29 @@ class DecodePlan:
             return t
         return torch.as_tensor(host, dtype=torch.int32).to(self.device)
 
-    def run(self, q: torch.Tensor, cache, out: torch.Tensor | None = None, return_lse: bool = False):
+    def run(self, q: torch.Tensor, cache, out: torch.Tensor | None = None, return_lse: bool = False,
+            kv_indptr: torch.Tensor | None = None, qo_indptr: torch.Tensor | None = None):
         """Decode attention for the planned layout.
 
         q: (total_q, H, 576) bf16 on the plan's device (stride(-1) == 1). cache: the plan's format
         (container or benchmark form) with at least ``total_kv`` rows. out: optional contiguous
         (total_q, H, 512) bf16; without it the plan's own buffer ``self.out`` is written and
-        returned. Returns out, or ``(out, lse)`` with lse (total_q, H) float32 (natural-log
-        log-sum-exp of the scaled scores; ``-inf`` for a query that sees no cached token).
+        returned. kv_indptr, qo_indptr: optional (batch+1,) int32/int64 device tensors that replace the
+        planned ones for this call (same batch; no request may have more query tokens than at plan
+        time); the chunk bounds are derived from them on the device, so any lengths are correct,
+        only the balance is the plan's. Returns out, or ``(out, lse)`` with lse (total_q, H)
+        float32 (natural-log log-sum-exp of the scaled scores; ``-inf`` for a query that sees no
+        cached token).
         """
-        kv_cache = validate.check_run_inputs(self, q, cache, out)
+        kv_cache = validate.check_run_inputs(self, q, cache, out, kv_indptr, qo_indptr)
+        kv_indptr = self.kv_indptr if kv_indptr is None else kv_indptr
+        qo_indptr = self.qo_indptr if qo_indptr is None else qo_indptr
         out = self.out if out is None else out
         lse = self.lse if return_lse else None
-        launch_decode(q, kv_cache, self.kv_indptr, self.qo_indptr, self.schedule, self.work, self.workspace,
+        launch_decode(q, kv_cache, kv_indptr, qo_indptr, self.schedule, self.work, self.workspace,
                       out, lse, self.sm_scale, self.num_heads, self.config)
         return (out, lse) if return_lse else out
+
 
     def __repr__(self) -> str:
         s = self.schedule
@@ -163,8 +171,9 @@ def choose_format(kv_data: dict) -> str:
 def cached_plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, num_heads: int, fmt: str,
                 sm_scale: float | None, config_key: tuple) -> DecodePlan:
     """A plan from the per-shape cache, made on first use. ``config_key`` identifies the batch
-    layout (batch, Lq, Lk from the benchmark config); the kernels derive every chunk from the
-    device indptrs, so a reused plan is always correct, only its balance depends on the lengths."""
+    layout (batch, Lq, Lk from the benchmark config). Callers pass their own indptrs to ``run``:
+    the kernels derive every chunk from them on the device, so a reused plan is always correct,
+    only its balance depends on the lengths it was made for."""
     key = (fmt, num_heads, tuple(kv_indptr.shape), tuple(qo_indptr.shape), kv_indptr.device, sm_scale, config_key)
     p = _PLAN_CACHE.get(key)
     if p is None:
@@ -193,7 +202,9 @@ def custom_kernel(data, fmt: str = "auto") -> torch.Tensor:
     config_key = (config.get("batch_size"), config.get("q_seq_len"), config.get("kv_seq_len"))
     p = cached_plan(kv_indptr, qo_indptr, q.shape[1], fmt, sm_scale, config_key)
     out = torch.empty(q.shape[0], q.shape[1], VALUE_DIM, dtype=torch.bfloat16, device=q.device)
-    return p.run(q, cache, out)
+    # This call's indptrs, not the ones the cached plan was made with: a plan is shared by every
+    # batch of the same shape, and the kernels take each request's bounds from these on the device.
+    return p.run(q, cache, out, kv_indptr=kv_indptr, qo_indptr=qo_indptr)
 
 
 def format_bytes_per_token(fmt: str) -> int:

@@ -33,11 +33,12 @@ class KernelConfig:
     reload_values: bool = False
 
 
-#: Defaults per format, chosen from the H200 sweep recorded in docs/PERF.md.
+#: Defaults per format, the fastest at 256 x 8192 in the H200 sweeps recorded in docs/PERF.md
+#: (bench/results/2026-11-30-sweep*.jsonl).
 DEFAULT_CONFIGS = {
-    "bf16": KernelConfig(block_t=32, num_warps=4, num_stages=2),
-    "fp8": KernelConfig(block_t=32, num_warps=4, num_stages=2),
-    "mxfp4": KernelConfig(block_t=32, num_warps=4, num_stages=2),
+    "bf16": KernelConfig(block_t=64, num_warps=4, num_stages=2),
+    "fp8": KernelConfig(block_t=32, num_warps=4, num_stages=2, reload_values=True),
+    "mxfp4": KernelConfig(block_t=64, num_warps=8, num_stages=2, reload_values=True),
 }
 
 

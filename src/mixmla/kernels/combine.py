@@ -17,9 +17,9 @@ VALUE_DIM = tl.constexpr(512)
 def mla_combine_kernel(
     part_o_ptr, part_lse_ptr, rows_max, split_indptr, qo_indptr,
     out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
-    H: tl.constexpr, BLOCK_R: tl.constexpr, WRITE_LSE: tl.constexpr,
+    H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, WRITE_LSE: tl.constexpr,
 ):
-    """Grid: (batch, row blocks).
+    """Grid: (batch, row blocks, 512 / BLOCK_D column blocks).
 
     part_o (num_work, rows_max, 512) float32 and part_lse (num_work, rows_max) base 2, as the
     decode kernel wrote them; the work items of request b are ``split_indptr[b] ..
@@ -28,19 +28,22 @@ def mla_combine_kernel(
     """
     req = tl.program_id(0)
     row_block = tl.program_id(1)
+    col_block = tl.program_id(2)
     q_start = tl.load(qo_indptr + req).to(tl.int64)
     q_len = tl.load(qo_indptr + req + 1) - q_start
     rows = row_block * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = rows < q_len * H
-    cols = tl.arange(0, VALUE_DIM)
+    cols = col_block * BLOCK_D + tl.arange(0, BLOCK_D)
     w_begin = tl.load(split_indptr + req)
     w_end = tl.load(split_indptr + req + 1)
 
     m = tl.full((BLOCK_R,), float("-inf"), tl.float32)
     weight_sum = tl.zeros((BLOCK_R,), tl.float32)
-    acc = tl.zeros((BLOCK_R, VALUE_DIM), tl.float32)
+    acc = tl.zeros((BLOCK_R, BLOCK_D), tl.float32)
     part_rows = w_begin.to(tl.int64) * rows_max + rows
-    for _ in range(w_begin, w_end):
+    # The partials are independent loads: pipelining them hides the memory latency that otherwise
+    # makes a request with many chunks wait once per chunk.
+    for _ in tl.range(w_begin, w_end, num_stages=3):
         lse2 = tl.load(part_lse_ptr + part_rows, mask=row_ok, other=float("-inf"))
         part = tl.load(part_o_ptr + part_rows[:, None] * VALUE_DIM + cols[None, :], mask=row_ok[:, None], other=0.0)
         weight, alpha, m, weight_sum = merge_step(lse2, m, weight_sum)
@@ -53,4 +56,4 @@ def mla_combine_kernel(
     out_rows = out_ptr + (q_start + q_tok) * stride_ot + head * stride_oh
     tl.store(out_rows[:, None] + cols[None, :], (acc * inv_w[:, None]).to(tl.bfloat16), mask=row_ok[:, None])
     if WRITE_LSE:
-        tl.store(lse_ptr + (q_start + q_tok) * stride_lt + head, lse2 * LN2, mask=row_ok)
+        tl.store(lse_ptr + (q_start + q_tok) * stride_lt + head, lse2 * LN2, mask=row_ok & (col_block == 0))

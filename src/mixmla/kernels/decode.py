@@ -14,7 +14,7 @@ make the plan's balance worse.
 import triton
 import triton.language as tl
 
-from .loaders import (FMT_FP8, NOPE_HALF, ROPE_HALF, load_key_tile, load_query_piece, load_value_tile,
+from .loaders import (FMT_FP8, FMT_FP8_FNUZ, NOPE_HALF, ROPE_HALF, load_key_tile, load_query_piece, load_value_tile,
                       store_value_rows)
 from .softmax import LN2, finish_rows, online_softmax_step
 
@@ -61,12 +61,14 @@ def mla_decode_kernel(
     q_start = tl.load(qo_indptr + req).to(tl.int64)
     q_len = (tl.load(qo_indptr + req + 1) - q_start).to(tl.int32)
 
-    if FORMAT == FMT_FP8:
+    if (FORMAT == FMT_FP8) or (FORMAT == FMT_FP8_FNUZ):
         value_scale = value_scale * tl.load(fp8_scale_ptr)
     qk_scale = sm_scale * value_scale * 1.4426950408889634  # scores in base 2
 
     rows = row_block * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = rows < q_len * H
+    # rows_max bounds the workspace: a caller that gave a request more query tokens than at plan
+    # time gets those rows unwritten rather than a write past the partial buffers.
+    row_ok = (rows < q_len * H) & (rows < rows_max)
     q_tok = rows // H
     head = rows % H
     q_rows = q_ptr + (q_start + q_tok) * stride_qt + head * stride_qh

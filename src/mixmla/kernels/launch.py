@@ -13,9 +13,10 @@ from ..formats import Bf16Cache, Fp8Cache, KVCache, Mxfp4Cache
 from ..plan import KernelConfig, Schedule
 from .combine import mla_combine_kernel
 from .decode import mla_decode_kernel
-from .loaders import FMT_BF16, FMT_FP8, FMT_MXFP4
+from .loaders import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
 
-COMBINE_BLOCK_R = 16  #: rows per combine program: 16 x 512 float32 accumulators fit in registers
+COMBINE_BLOCK_R = 16  #: rows per combine program
+COMBINE_BLOCK_D = 128  #: output columns per combine program: more programs in flight for small batches
 
 
 def interpreter_active() -> bool:
@@ -31,9 +32,7 @@ def cache_arguments(cache: KVCache):
         return FMT_BF16, cache.data, cache.data.stride(0), cache.data, 0, cache.data, 1.0
     if isinstance(cache, Fp8Cache):
         data = cache.data.view(torch.uint8)
-        # e4m3fnuz bits read as e4m3fn are twice the value (exponent bias 8 instead of 7).
-        value_scale = 0.5 if cache.is_fnuz else 1.0
-        return FMT_FP8, data, data.stride(0), data, 0, cache.scale, value_scale
+        return FMT_FP8_FNUZ if cache.is_fnuz else FMT_FP8, data, data.stride(0), data, 0, cache.scale, 1.0
     if isinstance(cache, Mxfp4Cache):
         return FMT_MXFP4, cache.data, cache.data.stride(0), cache.scales, cache.scales.stride(0), cache.data, 1.0
     raise TypeError(f"unsupported cache type {type(cache).__name__}")
@@ -83,9 +82,9 @@ def launch_decode(
     )
     if not schedule.direct:
         batch = split_indptr.shape[0] - 1
-        mla_combine_kernel[(batch, -(-schedule.rows_max // COMBINE_BLOCK_R))](
+        mla_combine_kernel[(batch, -(-schedule.rows_max // COMBINE_BLOCK_R), 512 // COMBINE_BLOCK_D)](
             part_o, part_lse, schedule.rows_max, split_indptr, qo_indptr,
             out, out.stride(0), out.stride(1), lse_arg, lse_stride,
-            H=num_heads, BLOCK_R=COMBINE_BLOCK_R, WRITE_LSE=write_lse,
+            H=num_heads, BLOCK_R=COMBINE_BLOCK_R, BLOCK_D=COMBINE_BLOCK_D, WRITE_LSE=write_lse,
             num_warps=4,
         )

@@ -22,6 +22,7 @@ import triton.language as tl
 FMT_BF16 = tl.constexpr(0)
 FMT_FP8 = tl.constexpr(1)
 FMT_MXFP4 = tl.constexpr(2)
+FMT_FP8_FNUZ = tl.constexpr(3)
 
 NOPE_HALF = tl.constexpr(256)
 ROPE_HALF = tl.constexpr(32)
@@ -50,6 +51,20 @@ def _load_plain(row_ptr, col0, WIDTH: tl.constexpr, mask, other, EVICT: tl.const
 def _fp8_to_bf16(x):
     # e4m3fn bits reinterpreted; the hardware conversion handles subnormals and signs exactly.
     return x.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16)
+
+
+@triton.jit
+def _fp8_fnuz_to_bf16(x):
+    # e4m3fnuz (AMD) differs from e4m3fn in its exponent bias (8) and in having no NaN at 0x7F
+    # (that is its maximum, 240), so the hardware e4m3fn conversion cannot be borrowed: build the
+    # value as (implicit bit + mantissa) * 2**exponent with exact integer-to-float steps.
+    b = x.to(tl.int32)
+    exp_field = (b >> 3) & 0xF
+    mant = b & 0x7
+    significand = tl.where(exp_field == 0, mant, mant + 8).to(tl.float32)
+    pow2 = ((tl.maximum(exp_field, 1) - 11 + 127) << 23).to(tl.float32, bitcast=True)
+    val = significand * pow2
+    return tl.where((b & 0x80) != 0, -val, val).to(tl.bfloat16)
 
 
 @triton.jit
@@ -103,6 +118,9 @@ def _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, BYTE0:
         if FORMAT == FMT_FP8:
             piece_a = _fp8_to_bf16(piece_a)
             piece_b = _fp8_to_bf16(piece_b)
+        elif FORMAT == FMT_FP8_FNUZ:
+            piece_a = _fp8_fnuz_to_bf16(piece_a)
+            piece_b = _fp8_fnuz_to_bf16(piece_b)
     return piece_a, piece_b
 
 
