@@ -25,7 +25,8 @@ FORMAT_IDS = {"bf16": 0, "fp8": 1, "mxfp4": 2}
 KV_TYPES = {"bf16": "*bf16", "fp8": "*u8", "mxfp4": "*u8"}
 
 
-def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True, heads=16, block_r=16):
+def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True, heads=16, block_r=16, asm=True):
+    """Compile ``mla_decode_kernel`` for sm_90 with the given constexprs; returns the CompiledKernel."""
     sig = {
         "q_ptr": "*bf16", "stride_qt": "i32", "stride_qh": "i32",
         "kv_ptr": KV_TYPES[fmt], "kv_stride": "i32", "scale_ptr": KV_TYPES[fmt] if fmt != "mxfp4" else "*u8",
@@ -35,7 +36,7 @@ def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True
         "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "rows_max": "i32", "sm_scale": "fp32", "value_scale": "fp32",
     }
     constexprs = dict(H=heads, BLOCK_R=block_r, BLOCK_T=block_t, FORMAT=FORMAT_IDS[fmt], DIRECT=direct,
-                      WRITE_LSE=False, DOT_F32=False, RELOAD_VALUES=reload)
+                      WRITE_LSE=False, DOT_F32=False, RELOAD_VALUES=reload, USE_ASM=asm)
     for k, v in constexprs.items():
         sig[k] = "constexpr"
     names = mla_decode_kernel.arg_names
@@ -68,10 +69,11 @@ def main():
     ap.add_argument("--reload", action="store_true")
     ap.add_argument("--split", action="store_true", help="the partial-output variant instead of direct")
     ap.add_argument("--dump", default=None)
+    ap.add_argument("--no-asm", action="store_true", help="the portable decode instead of inline PTX")
     a = ap.parse_args()
     for fmt in a.fmt.split(","):
         t = time.time()
-        k = compile_decode(fmt, a.block_t, a.warps, a.stages, a.reload, not a.split)
+        k = compile_decode(fmt, a.block_t, a.warps, a.stages, a.reload, not a.split, asm=not a.no_asm)
         md = k.metadata
         print(f"{fmt}: {resource_usage(k)} shared={md.shared} ({time.time() - t:.0f}s)", flush=True)
         if a.dump:
@@ -79,6 +81,13 @@ def main():
             for ext in ("ttgir", "ptx"):
                 with open(os.path.join(a.dump, f"{fmt}.{ext}"), "w") as f:
                     f.write(k.asm[ext])
+            tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+            cubin = os.path.join(a.dump, f"{fmt}.cubin")
+            with open(cubin, "wb") as f:
+                f.write(k.asm["cubin"])
+            sass = subprocess.run([tool, "--dump-sass", cubin], capture_output=True, text=True).stdout
+            with open(os.path.join(a.dump, f"{fmt}.sass"), "w") as f:
+                f.write(sass)
 
 
 if __name__ == "__main__":

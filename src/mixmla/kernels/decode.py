@@ -39,16 +39,18 @@ def mla_decode_kernel(
     sm_scale, value_scale,
     H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, FORMAT: tl.constexpr,
     DIRECT: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_F32: tl.constexpr, RELOAD_VALUES: tl.constexpr,
+    USE_ASM: tl.constexpr,
 ):
     """Grid: (work items, row blocks).
 
     q (total_q, H, 576) bf16 with strides (stride_qt, stride_qh, 1). Cache rows as described in
-    ``loaders.load_kv_tile``. work_req/work_split/work_nsplit (num_work,) int32: the request of
+    ``loaders.load_key_tile``. work_req/work_split/work_nsplit (num_work,) int32: the request of
     each work item, which chunk it is and how many chunks that request has. DIRECT: write
     ``out`` (total_q, H, 512) bf16 and ``lse`` (total_q, H) float32 natural log; otherwise write
     ``part_o`` (num_work, rows_max, 512) float32 and ``part_lse`` (num_work, rows_max) base 2.
     RELOAD_VALUES: read the value columns again (see ``loaders.load_value_tile``) instead of
-    reusing the decoded keys. sm_scale: softmax scale; value_scale: the factor that turns the loader's values into true
+    reusing the decoded keys. USE_ASM: decode with packed PTX (NVIDIA) instead of portable Triton
+    operations; both give the same bits. sm_scale: softmax scale; value_scale: the factor that turns the loader's values into true
     values (times the fp8 tensor scale read from ``fp8_scale_ptr`` for fp8).
     """
     work = tl.program_id(0)
@@ -99,7 +101,7 @@ def mla_decode_kernel(
         pos = t0 + tl.arange(0, BLOCK_T)
         tok_ok = pos < t_end
         k_nope_a, k_nope_b, k_rope_a, k_rope_b = load_key_tile(
-            kv_ptr, kv_stride, scale_ptr, scale_stride, kv_start + pos, tok_ok, FORMAT)
+            kv_ptr, kv_stride, scale_ptr, scale_stride, kv_start + pos, tok_ok, FORMAT, USE_ASM)
         scores = _dot(q_nope_a, tl.trans(k_nope_a), DOT_F32)
         scores += _dot(q_nope_b, tl.trans(k_nope_b), DOT_F32)
         scores += _dot(q_rope_a, tl.trans(k_rope_a), DOT_F32)
@@ -111,7 +113,8 @@ def mla_decode_kernel(
         if DOT_F32:
             p_op = p_op.to(tl.float32)
         if RELOAD_VALUES:
-            v_a, v_b = load_value_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, kv_start + pos, tok_ok, FORMAT)
+            v_a, v_b = load_value_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, kv_start + pos, tok_ok, FORMAT,
+                                       USE_ASM)
         else:
             v_a = k_nope_a
             v_b = k_nope_b

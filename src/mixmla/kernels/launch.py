@@ -13,7 +13,7 @@ from ..formats import Bf16Cache, Fp8Cache, KVCache, Mxfp4Cache
 from ..plan import KernelConfig, Schedule
 from .combine import mla_combine_kernel
 from .decode import mla_decode_kernel
-from .loaders import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
+from .loaders import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4, FP8_OUTPUT_EXPONENT
 
 COMBINE_BLOCK_R = 16  #: rows per combine program
 COMBINE_BLOCK_D = 128  #: output columns per combine program: more programs in flight for small batches
@@ -32,7 +32,9 @@ def cache_arguments(cache: KVCache):
         return FMT_BF16, cache.data, cache.data.stride(0), cache.data, 0, cache.data, 1.0
     if isinstance(cache, Fp8Cache):
         data = cache.data.view(torch.uint8)
-        return FMT_FP8_FNUZ if cache.is_fnuz else FMT_FP8, data, data.stride(0), data, 0, cache.scale, 1.0
+        if cache.is_fnuz:
+            return FMT_FP8_FNUZ, data, data.stride(0), data, 0, cache.scale, 1.0
+        return FMT_FP8, data, data.stride(0), data, 0, cache.scale, 2.0 ** -FP8_OUTPUT_EXPONENT
     if isinstance(cache, Mxfp4Cache):
         return FMT_MXFP4, cache.data, cache.data.stride(0), cache.scales, cache.scales.stride(0), cache.data, 1.0
     raise TypeError(f"unsupported cache type {type(cache).__name__}")
@@ -78,6 +80,7 @@ def launch_decode(
         sm_scale, value_scale,
         H=num_heads, BLOCK_R=schedule.block_r, BLOCK_T=config.block_t, FORMAT=fmt,
         DIRECT=schedule.direct, WRITE_LSE=write_lse, DOT_F32=dot_f32, RELOAD_VALUES=config.reload_values,
+        USE_ASM=not dot_f32,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if not schedule.direct:

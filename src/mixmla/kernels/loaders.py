@@ -11,8 +11,9 @@ holds, so that the query is loaded and the output stored with the same columns:
   0, 2, .., 510 (low nibbles), nope_b = the odd values (high nibbles), and likewise for the rope.
   Keeping them apart avoids interleaving registers, which Triton would do through shared memory.
 
-The fp8 loader returns the stored fp8 values; their per-tensor scale is folded into the softmax
-scale and the output instead of multiplying every element. bf16 and MXFP4 loaders return true
+The fp8 loader returns the stored fp8 values times 2**-112 (see ``FP8_OUTPUT_EXPONENT``); that
+factor and the per-tensor scale are folded into the softmax scale and the output instead of
+multiplying every element. bf16 and MXFP4 loaders return true
 values (MXFP4 applies its per-block exponent while building the bf16 bits).
 """
 
@@ -47,10 +48,42 @@ def _load_plain(row_ptr, col0, WIDTH: tl.constexpr, mask, other, EVICT: tl.const
     return tl.load(row_ptr[:, None] + cols[None, :], mask=mask[:, None], other=other, eviction_policy=EVICT)
 
 
+#: The fp8 loader returns value * 2**-112: the e4m3 -> f16 conversion is one hardware instruction
+#: per pair, and moving the f16 exponent/mantissa bits into bf16 positions is then two logic
+#: operations, which rebias the exponent by 2**-112. Every e4m3 value, subnormals included, stays a
+#: normal bf16 (>= 2**-121); the kernel folds 2**112 into the softmax and output scales.
+FP8_OUTPUT_EXPONENT = -112
+
+# $0, $1 <- 4 e4m3fn bytes in $2, as two bf16x2 (value * 2**-112). cvt.rn.f16x2.e4m3x2 is exact
+# (subnormals too); f16 bits >> 3 put exponent and mantissa where bf16 keeps them, the sign stays.
+_FP8_ASM = tl.constexpr("""
+{
+.reg .b16 lo, hi;
+.reg .b32 h0, h1, t0, t1;
+mov.b32 {lo, hi}, $2;
+cvt.rn.f16x2.e4m3x2 h0, lo;
+cvt.rn.f16x2.e4m3x2 h1, hi;
+shr.b32 t0, h0, 3;
+shr.b32 t1, h1, 3;
+and.b32 t0, t0, 0x0FFF0FFF;
+and.b32 t1, t1, 0x0FFF0FFF;
+and.b32 h0, h0, 0x80008000;
+and.b32 h1, h1, 0x80008000;
+or.b32 $0, t0, h0;
+or.b32 $1, t1, h1;
+}
+""")
+
+
 @triton.jit
-def _fp8_to_bf16(x):
-    # e4m3fn bits reinterpreted; the hardware conversion handles subnormals and signs exactly.
-    return x.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16)
+def _fp8_to_bf16(x, USE_ASM: tl.constexpr):
+    """bf16 ``value * 2**-112`` of e4m3fn bytes ``x`` (uint8), exact."""
+    if USE_ASM:
+        return tl.inline_asm_elementwise(_FP8_ASM, "=r,=r,r", [x], dtype=tl.bfloat16, is_pure=True, pack=4)
+    else:
+        # The same numbers with portable operations (the interpreter and non-NVIDIA backends).
+        v = x.to(tl.float8e4nv, bitcast=True).to(tl.float32) * 1.925929944387236e-34  # 2**-112
+        return v.to(tl.bfloat16)
 
 
 @triton.jit
@@ -90,34 +123,105 @@ def _mx_decode(codes, base):
     return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
 
+# ($0,$1) even and ($2,$3) odd values of the 8 E2M1 codes in the 4 bytes of $4, as bf16x2, times the
+# fp32 block multiplier $5 (= 2**(byte - 121)). Each nibble s.mmm becomes the e4m3 byte
+# s.0mm.m00 (the same value times 2**-6, 0.5 as an e4m3 subnormal), four per register; the hardware
+# converts pairs to f16 exactly; f32 multiplies by the block scale (exact: a power of two); the
+# pack to bf16 is exact (at most 3 significant bits).
+_MXFP4_ASM = tl.constexpr("""
+{
+.reg .b32 ev, od, t, p0, p1, p2, p3;
+.reg .b16 e0, e1, o0, o1, h<8>;
+.reg .f32 f<8>;
+shl.b32 t, $4, 2;
+and.b32 t, t, 0x1C1C1C1C;
+shl.b32 ev, $4, 4;
+and.b32 ev, ev, 0x80808080;
+or.b32 ev, ev, t;
+shr.b32 t, $4, 2;
+and.b32 t, t, 0x1C1C1C1C;
+and.b32 od, $4, 0x80808080;
+or.b32 od, od, t;
+mov.b32 {e0, e1}, ev;
+mov.b32 {o0, o1}, od;
+cvt.rn.f16x2.e4m3x2 p0, e0;
+cvt.rn.f16x2.e4m3x2 p1, e1;
+cvt.rn.f16x2.e4m3x2 p2, o0;
+cvt.rn.f16x2.e4m3x2 p3, o1;
+mov.b32 {h0, h1}, p0;
+mov.b32 {h2, h3}, p1;
+mov.b32 {h4, h5}, p2;
+mov.b32 {h6, h7}, p3;
+cvt.f32.f16 f0, h0;
+cvt.f32.f16 f1, h1;
+cvt.f32.f16 f2, h2;
+cvt.f32.f16 f3, h3;
+cvt.f32.f16 f4, h4;
+cvt.f32.f16 f5, h5;
+cvt.f32.f16 f6, h6;
+cvt.f32.f16 f7, h7;
+mul.f32 f0, f0, $5;
+mul.f32 f1, f1, $5;
+mul.f32 f2, f2, $5;
+mul.f32 f3, f3, $5;
+mul.f32 f4, f4, $5;
+mul.f32 f5, f5, $5;
+mul.f32 f6, f6, $5;
+mul.f32 f7, f7, $5;
+cvt.rn.bf16x2.f32 $0, f1, f0;
+cvt.rn.bf16x2.f32 $1, f3, f2;
+cvt.rn.bf16x2.f32 $2, f5, f4;
+cvt.rn.bf16x2.f32 $3, f7, f6;
+}
+""")
+
+
 @triton.jit
-def _load_mxfp4_piece(row_ptr, srow_ptr, byte0, scale0, WIDTH: tl.constexpr, mask, EVICT: tl.constexpr):
+def _mx_asm_multiplier(scale_bytes):
+    """fp32 ``2**(byte - 121)`` per E8M0 byte (the block scale times the 2**6 that the e4m3 detour
+    divides by); NaN for bytes above 248, whose values would overflow on the way."""
+    b = scale_bytes.to(tl.int32)
+    return tl.where(b <= 248, (b + 6) << 23, 0x7FC00000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _load_mxfp4_piece(row_ptr, srow_ptr, byte0, scale0, WIDTH: tl.constexpr, mask, EVICT: tl.constexpr,
+                      USE_ASM: tl.constexpr):
     """Decode WIDTH packed bytes (2*WIDTH values) into (even values, odd values), each (T, WIDTH)
     bf16."""
-    packed = _load_plain(row_ptr, byte0, WIDTH, mask, 0, EVICT).to(tl.int32)
+    packed = _load_plain(row_ptr, byte0, WIDTH, mask, 0, EVICT)
     NBLK: tl.constexpr = WIDTH // 16
     # Masked rows get the neutral byte 127 so they decode to zeros, not NaN (0 * NaN would poison P @ V).
-    base = _mx_exponent_base(_load_plain(srow_ptr, scale0, NBLK, mask, 127, EVICT))  # (T, NBLK)
+    scale_bytes = _load_plain(srow_ptr, scale0, NBLK, mask, 127, EVICT)  # (T, NBLK)
     T: tl.constexpr = packed.shape[0]
-    base = tl.reshape(tl.broadcast_to(base[:, :, None], (T, NBLK, 16)), (T, WIDTH))
-    return _mx_decode(packed, base), _mx_decode(packed >> 4, base)
+    if USE_ASM:
+        mult = _mx_asm_multiplier(scale_bytes)
+        mult = tl.reshape(tl.broadcast_to(mult[:, :, None], (T, NBLK, 16)), (T, WIDTH))
+        even, odd = tl.inline_asm_elementwise(_MXFP4_ASM, "=r,=r,=r,=r,r,r,r,r,r", [packed, mult],
+                                              dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+        return even, odd
+    else:
+        base = _mx_exponent_base(scale_bytes)
+        base = tl.reshape(tl.broadcast_to(base[:, :, None], (T, NBLK, 16)), (T, WIDTH))
+        codes = packed.to(tl.int32)
+        return _mx_decode(codes, base), _mx_decode(codes >> 4, base)
 
 
 @triton.jit
 def _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, BYTE0: tl.constexpr,
-               WIDTH: tl.constexpr, FORMAT: tl.constexpr, EVICT: tl.constexpr):
+               WIDTH: tl.constexpr, FORMAT: tl.constexpr, EVICT: tl.constexpr, USE_ASM: tl.constexpr):
     """Two bf16 pieces (T, WIDTH) of the token rows: the nope span (BYTE0 = 0, WIDTH = 256) or the
     rope span (BYTE0 = 256, WIDTH = 32); BYTE0/WIDTH count MXFP4 bytes, and half-rows otherwise."""
     row_ptr = kv_ptr + tok * kv_stride
     if FORMAT == FMT_MXFP4:
         srow_ptr = scale_ptr + tok * scale_stride
-        piece_a, piece_b = _load_mxfp4_piece(row_ptr, srow_ptr, BYTE0, BYTE0 // 16, WIDTH, tok_mask, EVICT)
+        piece_a, piece_b = _load_mxfp4_piece(row_ptr, srow_ptr, BYTE0, BYTE0 // 16, WIDTH, tok_mask, EVICT, USE_ASM)
     else:
         piece_a = _load_plain(row_ptr, 2 * BYTE0, WIDTH, tok_mask, 0, EVICT)
         piece_b = _load_plain(row_ptr, 2 * BYTE0 + WIDTH, WIDTH, tok_mask, 0, EVICT)
         if FORMAT == FMT_FP8:
-            piece_a = _fp8_to_bf16(piece_a)
-            piece_b = _fp8_to_bf16(piece_b)
+            piece_a = _fp8_to_bf16(piece_a, USE_ASM)
+            piece_b = _fp8_to_bf16(piece_b, USE_ASM)
         elif FORMAT == FMT_FP8_FNUZ:
             piece_a = _fp8_fnuz_to_bf16(piece_a)
             piece_b = _fp8_fnuz_to_bf16(piece_b)
@@ -125,7 +229,8 @@ def _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, BYTE0:
 
 
 @triton.jit
-def load_key_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr):
+def load_key_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr,
+                  USE_ASM: tl.constexpr):
     """Load and decode cached tokens ``tok`` (T,) int64 rows, masked by ``tok_mask`` (T,), as keys.
 
     kv_ptr: bf16 elements (bf16), bytes (fp8 e4m3fn bits, MXFP4 packed codes); kv_stride: row
@@ -133,14 +238,16 @@ def load_key_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FOR
     otherwise). Returns ``(nope_a, nope_b, rope_a, rope_b)`` bf16 as described in the module doc.
     Masked rows are zeros.
     """
-    nope_a, nope_b = _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, 0, NOPE_HALF, FORMAT, "")
+    nope_a, nope_b = _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, 0, NOPE_HALF, FORMAT, "",
+                                USE_ASM)
     rope_a, rope_b = _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, NOPE_HALF, ROPE_HALF,
-                                FORMAT, "")
+                                FORMAT, "", USE_ASM)
     return nope_a, nope_b, rope_a, rope_b
 
 
 @triton.jit
-def load_value_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr):
+def load_value_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr,
+                    USE_ASM: tl.constexpr):
     """The value columns (first 512) of the same tokens: ``(nope_a, nope_b)`` bf16 (T, 256) each.
 
     Compressed formats are loaded a second time for their values rather than kept from the key
@@ -148,7 +255,8 @@ def load_value_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, F
     copies into shared memory), one that feeds two is not, and the second read hits L2.
     """
     # The second read is the last use: evict_first also keeps the compiler from merging it with the first.
-    return _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, 0, NOPE_HALF, FORMAT, "evict_first")
+    return _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, 0, NOPE_HALF, FORMAT, "evict_first",
+                      USE_ASM)
 
 
 @triton.jit
@@ -161,7 +269,7 @@ def load_query_piece(q_row_ptr, row_mask, IS_ROPE: tl.constexpr, SECOND: tl.cons
 
 @triton.jit
 def store_value_rows(row_ptr, part_a, part_b, row_mask, FORMAT: tl.constexpr):
-    """Store the two output pieces (R, 256) of ``load_kv_tile``'s value columns as 512 contiguous
+    """Store the two output pieces (R, 256) of ``load_key_tile``'s value columns as 512 contiguous
     values per row at ``row_ptr`` (R,), in true column order, cast to the pointer's dtype."""
     if FORMAT == FMT_MXFP4:
         cols = tl.arange(0, 2 * NOPE_HALF)
