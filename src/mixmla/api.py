@@ -154,8 +154,10 @@ def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch
 # ---------------------------------------------------------------------------------------------
 # The benchmark entry point.
 
-#: Format ``custom_kernel`` picks when asked for 'auto': the fewest bytes that decode at speed.
-AUTO_FORMAT_ORDER = ("mxfp4", "fp8", "bf16")
+#: Format ``custom_kernel`` picks when asked for 'auto': the fastest present. On the H200 sweep of
+#: 2026-11-30 (docs/PERF.md) the bf16 kernel was the fastest on all 8 benchmark shapes; the
+#: compressed formats are still limited by decoding, not memory.
+AUTO_FORMAT_ORDER = ("bf16", "fp8", "mxfp4")
 _PLAN_CACHE: "collections.OrderedDict[tuple, DecodePlan]" = collections.OrderedDict()
 _PLAN_CACHE_SIZE = 32
 

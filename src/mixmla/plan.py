@@ -38,7 +38,7 @@ class KernelConfig:
 DEFAULT_CONFIGS = {
     "bf16": KernelConfig(block_t=64, num_warps=4, num_stages=2),
     "fp8": KernelConfig(block_t=32, num_warps=4, num_stages=2, reload_values=True),
-    "mxfp4": KernelConfig(block_t=64, num_warps=8, num_stages=2, reload_values=True),
+    "mxfp4": KernelConfig(block_t=32, num_warps=4, num_stages=2, reload_values=True),
 }
 
 

@@ -124,7 +124,8 @@ def _mx_decode(codes, base):
 
 
 # ($0,$1) even and ($2,$3) odd values of the 8 E2M1 codes in the 4 bytes of $4, as bf16x2, times the
-# fp32 block multiplier $5 (= 2**(byte - 121)). Each nibble s.mmm becomes the e4m3 byte
+# fp32 block multipliers $5..$8 (= 2**(byte - 121)), one per byte: the 4 elements Triton packs into
+# a register need not share a row, so each keeps its own scale. Each nibble s.mmm becomes the e4m3 byte
 # s.0mm.m00 (the same value times 2**-6, 0.5 as an e4m3 subnormal), four per register; the hardware
 # converts pairs to f16 exactly; f32 multiplies by the block scale (exact: a power of two); the
 # pack to bf16 is exact (at most 3 significant bits).
@@ -161,13 +162,13 @@ cvt.f32.f16 f5, h5;
 cvt.f32.f16 f6, h6;
 cvt.f32.f16 f7, h7;
 mul.f32 f0, f0, $5;
-mul.f32 f1, f1, $5;
-mul.f32 f2, f2, $5;
-mul.f32 f3, f3, $5;
+mul.f32 f1, f1, $6;
+mul.f32 f2, f2, $7;
+mul.f32 f3, f3, $8;
 mul.f32 f4, f4, $5;
-mul.f32 f5, f5, $5;
-mul.f32 f6, f6, $5;
-mul.f32 f7, f7, $5;
+mul.f32 f5, f5, $6;
+mul.f32 f6, f6, $7;
+mul.f32 f7, f7, $8;
 cvt.rn.bf16x2.f32 $0, f1, f0;
 cvt.rn.bf16x2.f32 $1, f3, f2;
 cvt.rn.bf16x2.f32 $2, f5, f4;
