@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from mixmla.formats import FORMATS
+
 import mixmla.harness.ceiling as ceiling_mod
 import mixmla.harness.env as env_mod
 import mixmla.harness.timing as timing_mod
@@ -61,7 +63,9 @@ def test_run_gpu_flow_writes_a_valid_timed_table(fake_gpu, tmp_path, capsys):
         assert r["gpu"]["method"] == "fake" and r["gbps"] > 0
         assert r["pct_ceiling"] == pytest.approx(100 * r["gbps"] / 4000.0)
         assert r["bytes"] == Case.generate(r["shape"]).bytes(r["format"])
-    assert {r["format"] for r in doc["rows"] if r["path"] == "auto"} == {"mxfp4"}
+    from mixmla.api import choose_format
+
+    assert {r["format"] for r in doc["rows"] if r["path"] == "auto"} == {choose_format(dict.fromkeys(FORMATS))}
     assert set(doc["geomean"]) == set(labels) and all(g["n_ok"] == 2 for g in doc["geomean"].values())
     assert not doc["peers"]["flashinfer"]["available"] and not doc["peers"]["flashmla"]["available"]
     assert "read ceiling 4000 GB/s" in text and "geomean over shapes" in text

@@ -14,6 +14,7 @@ import torch
 
 from . import validate
 from .formats import FORMATS, VALUE_DIM, as_cache
+from .graphs import GraphCache, tensor_signature
 from .kernels.launch import interpreter_active, launch_decode
 from .plan import DEFAULT_CONFIGS, KernelConfig, Schedule, device_sm_count, make_schedule
 
@@ -160,6 +161,8 @@ def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch
 AUTO_FORMAT_ORDER = ("bf16", "fp8", "mxfp4")
 _PLAN_CACHE: "collections.OrderedDict[tuple, DecodePlan]" = collections.OrderedDict()
 _PLAN_CACHE_SIZE = 32
+#: custom_kernel's CUDA graphs, keyed by the identity (address, layout) of every input tensor.
+_GRAPHS = GraphCache(capacity=16)
 
 
 def choose_format(kv_data: dict) -> str:
@@ -188,25 +191,56 @@ def cached_plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, num_heads: int
     return p
 
 
-def custom_kernel(data, fmt: str = "auto") -> torch.Tensor:
+def _benchmark_signature(data, fmt: str) -> tuple:
+    """Identity of a benchmark call for the graph cache: every tensor's address and layout, and
+    the scalars that change the kernels (format, softmax scale)."""
+    q, kv_data, qo_indptr, kv_indptr, config = data
+    kv = kv_data[fmt]
+    kv_tensors = kv if isinstance(kv, (tuple, list)) else (kv,)
+    return (fmt, config.get("sm_scale"), tensor_signature(q), tensor_signature(qo_indptr), tensor_signature(kv_indptr),
+            *(tensor_signature(t) for t in kv_tensors))
+
+
+def custom_kernel(data, fmt: str = "auto", use_graphs: bool = True) -> torch.Tensor:
     """The benchmark's entry point: ``data = (q, kv_data, qo_indptr, kv_indptr, config)`` as made by
     ``mixmla.inputs.generate_input`` (SPEC.md). fmt: 'auto' (the fastest format present) or one
     of 'bf16', 'fp8', 'mxfp4'. Returns a new (total_q, H, 512) bf16 tensor.
 
-    Plans are cached by shape (the first call of a shape reads the indptrs on the host; later
-    calls launch directly).
+    Host cost is kept off the hot path: plans are cached by shape (the first call of a shape reads
+    the indptrs on the host), and on a GPU a call whose tensors sit at the same addresses with the
+    same layouts as an earlier call is replayed as a CUDA graph (captured on the second such call),
+    which reads the tensors' current contents. A replayed call skips the argument checks, which
+    its first, eager call passed; like ``DecodePlan.run`` it does not re-read the indptr values.
+    use_graphs=False always launches eagerly.
     """
+    if not isinstance(data, (tuple, list)) or len(data) != 5 or not isinstance(data[1], dict):
+        validate.check_benchmark_data(data, fmt)
+    fmt = choose_format(data[1]) if fmt == "auto" else fmt
+    if use_graphs and fmt in data[1]:
+        key = _benchmark_signature(data, fmt)
+        entry = _GRAPHS.lookup(key)
+        if entry is not None:
+            graph, static_out = entry
+            graph.replay()
+            return static_out.clone()
     validate.check_benchmark_data(data, fmt)
     q, kv_data, qo_indptr, kv_indptr, config = data
-    fmt = choose_format(kv_data) if fmt == "auto" else fmt
     cache = as_cache(kv_data[fmt])
     sm_scale = config.get("sm_scale")
     config_key = (config.get("batch_size"), config.get("q_seq_len"), config.get("kv_seq_len"))
     p = cached_plan(kv_indptr, qo_indptr, q.shape[1], fmt, sm_scale, config_key)
-    out = torch.empty(q.shape[0], q.shape[1], VALUE_DIM, dtype=torch.bfloat16, device=q.device)
-    # This call's indptrs, not the ones the cached plan was made with: a plan is shared by every
-    # batch of the same shape, and the kernels take each request's bounds from these on the device.
-    return p.run(q, cache, out, kv_indptr=kv_indptr, qo_indptr=qo_indptr)
+
+    def launch(out: torch.Tensor):
+        # This call's indptrs, not the ones the cached plan was made with: a plan is shared by every
+        # batch of the same shape, and the kernels take each request's bounds from these on the device.
+        return p.run(q, cache, out, kv_indptr=kv_indptr, qo_indptr=qo_indptr)
+
+    shape = (q.shape[0], q.shape[1], VALUE_DIM)
+    if not use_graphs:
+        out = torch.empty(shape, dtype=torch.bfloat16, device=q.device)
+        launch(out)
+        return out
+    return _GRAPHS.run(key, launch, shape, torch.bfloat16, q.device)
 
 
 def format_bytes_per_token(fmt: str) -> int:
