@@ -5,6 +5,7 @@ and prints registers, spills and shared memory of the decode kernel for each for
 """
 
 import argparse
+import dataclasses
 import os
 
 import torch
@@ -12,7 +13,7 @@ import torch
 import mixmla
 from mixmla.formats import as_cache
 from mixmla.inputs import generate_input
-from mixmla.plan import KernelConfig
+from mixmla.plan import DEFAULT_CONFIGS
 
 
 def main():
@@ -21,14 +22,16 @@ def main():
     ap.add_argument("--fmt", default="bf16,fp8,mxfp4")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--kv", type=int, default=8192)
-    ap.add_argument("--block-t", type=int, default=32)
-    ap.add_argument("--warps", type=int, default=4)
-    ap.add_argument("--stages", type=int, default=2)
+    ap.add_argument("--block-t", type=int, default=None, help="override the format's default config")
+    ap.add_argument("--warps", type=int, default=None)
+    ap.add_argument("--stages", type=int, default=None)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     q, kv, qo, kvp, _ = generate_input(args.batch, 1, args.kv, seed=1, device="cuda")
-    cfg = KernelConfig(args.block_t, args.warps, args.stages)
     for fmt in args.fmt.split(","):
+        base = DEFAULT_CONFIGS[fmt]
+        cfg = dataclasses.replace(base, block_t=args.block_t or base.block_t, num_warps=args.warps or base.num_warps,
+                                  num_stages=args.stages or base.num_stages)
         p = mixmla.plan(kvp, qo, 16, fmt, config=cfg)
         for _ in range(2):
             p.run(q, as_cache(kv[fmt]))
