@@ -23,7 +23,8 @@ MIN_BLOCK_R = 16  #: tl.dot needs at least 16 rows
 class KernelConfig:
     """Kernel shape for one format. block_t: cached tokens per loop step; num_warps, num_stages:
     Triton launch options; items_per_sm and min_chunk: the split policy (see module doc);
-    reload_values: read the value columns a second time instead of reusing the decoded keys."""
+    reload_values: read the value columns a second time instead of reusing the decoded keys;
+    tokens_in_m: compute S^T = K Q^T and O^T = V^T P^T (tokens in the matrix unit's row slot)."""
 
     block_t: int = 32
     num_warps: int = 4
@@ -31,6 +32,7 @@ class KernelConfig:
     items_per_sm: float = 2.0
     min_chunk: int = 64
     reload_values: bool = False
+    tokens_in_m: bool = False
 
 
 #: Defaults per format, the fastest at 256 x 8192 in the H200 sweeps recorded in docs/PERF.md

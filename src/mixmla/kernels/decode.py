@@ -39,7 +39,7 @@ def mla_decode_kernel(
     sm_scale, value_scale,
     H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, FORMAT: tl.constexpr,
     DIRECT: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_F32: tl.constexpr, RELOAD_VALUES: tl.constexpr,
-    USE_ASM: tl.constexpr,
+    USE_ASM: tl.constexpr, TOKENS_IN_M: tl.constexpr,
 ):
     """Grid: (work items, row blocks).
 
@@ -50,7 +50,8 @@ def mla_decode_kernel(
     ``part_o`` (num_work, rows_max, 512) float32 and ``part_lse`` (num_work, rows_max) base 2.
     RELOAD_VALUES: read the value columns again (see ``loaders.load_value_tile``) instead of
     reusing the decoded keys. USE_ASM: decode with packed PTX (NVIDIA) instead of portable Triton
-    operations; both give the same bits. sm_scale: softmax scale; value_scale: the factor that turns the loader's values into true
+    operations; both give the same bits. TOKENS_IN_M: compute the transposed products (tokens in
+    the matrix unit's row slot). sm_scale: softmax scale; value_scale: the factor that turns the loader's values into true
     values (times the fp8 tensor scale read from ``fp8_scale_ptr`` for fp8).
     """
     work = tl.program_id(0)
@@ -95,20 +96,35 @@ def mla_decode_kernel(
 
     m = tl.full((BLOCK_R,), float("-inf"), tl.float32)
     l = tl.zeros((BLOCK_R,), tl.float32)
-    acc_a = tl.zeros((BLOCK_R, NOPE_HALF), tl.float32)
-    acc_b = tl.zeros((BLOCK_R, NOPE_HALF), tl.float32)
+    if TOKENS_IN_M:
+        # Transposed products, S^T = K Q^T and O^T = V^T P^T: the cached tokens (and the 256 value
+        # columns) fill the matrix unit's row slot, which wants 64 rows, instead of the 16 heads.
+        acc_a = tl.zeros((NOPE_HALF, BLOCK_R), tl.float32)
+        acc_b = tl.zeros((NOPE_HALF, BLOCK_R), tl.float32)
+    else:
+        acc_a = tl.zeros((BLOCK_R, NOPE_HALF), tl.float32)
+        acc_b = tl.zeros((BLOCK_R, NOPE_HALF), tl.float32)
     for t0 in range(t_begin, t_end, BLOCK_T):
         pos = t0 + tl.arange(0, BLOCK_T)
         tok_ok = pos < t_end
         k_nope_a, k_nope_b, k_rope_a, k_rope_b = load_key_tile(
             kv_ptr, kv_stride, scale_ptr, scale_stride, kv_start + pos, tok_ok, FORMAT, USE_ASM)
-        scores = _dot(q_nope_a, tl.trans(k_nope_a), DOT_F32)
-        scores += _dot(q_nope_b, tl.trans(k_nope_b), DOT_F32)
-        scores += _dot(q_rope_a, tl.trans(k_rope_a), DOT_F32)
-        scores += _dot(q_rope_b, tl.trans(k_rope_b), DOT_F32)
-        visible = tok_ok[None, :] & (pos[None, :] <= last_visible[:, None])
-        scores = tl.where(visible, scores * qk_scale, float("-inf"))
-        p, alpha, m, l = online_softmax_step(scores, m, l)
+        if TOKENS_IN_M:
+            scores = _dot(k_nope_a, tl.trans(q_nope_a), DOT_F32)
+            scores += _dot(k_nope_b, tl.trans(q_nope_b), DOT_F32)
+            scores += _dot(k_rope_a, tl.trans(q_rope_a), DOT_F32)
+            scores += _dot(k_rope_b, tl.trans(q_rope_b), DOT_F32)
+            visible = tok_ok[:, None] & (pos[:, None] <= last_visible[None, :])
+            scores = tl.where(visible, scores * qk_scale, float("-inf"))
+            p, alpha, m, l = online_softmax_step(scores, m, l, 0)
+        else:
+            scores = _dot(q_nope_a, tl.trans(k_nope_a), DOT_F32)
+            scores += _dot(q_nope_b, tl.trans(k_nope_b), DOT_F32)
+            scores += _dot(q_rope_a, tl.trans(k_rope_a), DOT_F32)
+            scores += _dot(q_rope_b, tl.trans(k_rope_b), DOT_F32)
+            visible = tok_ok[None, :] & (pos[None, :] <= last_visible[:, None])
+            scores = tl.where(visible, scores * qk_scale, float("-inf"))
+            p, alpha, m, l = online_softmax_step(scores, m, l, 1)
         p_op = p.to(tl.bfloat16)
         if DOT_F32:
             p_op = p_op.to(tl.float32)
@@ -118,8 +134,15 @@ def mla_decode_kernel(
         else:
             v_a = k_nope_a
             v_b = k_nope_b
-        acc_a = acc_a * alpha[:, None] + _dot(p_op, v_a, DOT_F32)
-        acc_b = acc_b * alpha[:, None] + _dot(p_op, v_b, DOT_F32)
+        if TOKENS_IN_M:
+            acc_a = acc_a * alpha[None, :] + _dot(tl.trans(v_a), p_op, DOT_F32)
+            acc_b = acc_b * alpha[None, :] + _dot(tl.trans(v_b), p_op, DOT_F32)
+        else:
+            acc_a = acc_a * alpha[:, None] + _dot(p_op, v_a, DOT_F32)
+            acc_b = acc_b * alpha[:, None] + _dot(p_op, v_b, DOT_F32)
+    if TOKENS_IN_M:
+        acc_a = tl.trans(acc_a)
+        acc_b = tl.trans(acc_b)
 
     inv_l, lse2 = finish_rows(m, l)
     out_factor = (inv_l * value_scale)[:, None]

@@ -80,7 +80,7 @@ def launch_decode(
         sm_scale, value_scale,
         H=num_heads, BLOCK_R=schedule.block_r, BLOCK_T=config.block_t, FORMAT=fmt,
         DIRECT=schedule.direct, WRITE_LSE=write_lse, DOT_F32=dot_f32, RELOAD_VALUES=config.reload_values,
-        USE_ASM=not dot_f32,
+        USE_ASM=not dot_f32, TOKENS_IN_M=config.tokens_in_m,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if not schedule.direct:

@@ -20,18 +20,19 @@ def safe_max(m):
 
 
 @triton.jit
-def online_softmax_step(scores, m_prev, l_prev):
-    """One tile of the online softmax.
+def online_softmax_step(scores, m_prev, l_prev, AXIS: tl.constexpr):
+    """One tile of the online softmax, reducing over ``AXIS`` (the token axis).
 
-    scores: (R, T) float32 base-2 logits, ``-inf`` where masked. m_prev, l_prev: (R,) running max
-    and running sum. Returns ``(p, alpha, m_new, l_new)``: unnormalized probabilities (R, T), the
-    factor (R,) that rescales everything accumulated so far, and the updated max and sum.
+    scores: float32 base-2 logits, ``-inf`` where masked: (R, T) with AXIS=1, or (T, R) with
+    AXIS=0. m_prev, l_prev: (R,) running max and running sum. Returns ``(p, alpha, m_new, l_new)``:
+    unnormalized probabilities (the shape of scores), the factor (R,) that rescales everything
+    accumulated so far, and the updated max and sum.
     """
-    m_new = tl.maximum(m_prev, tl.max(scores, axis=1))
+    m_new = tl.maximum(m_prev, tl.max(scores, axis=AXIS))
     m_safe = safe_max(m_new)
-    p = tl.exp2(scores - m_safe[:, None])
+    p = tl.exp2(scores - tl.expand_dims(m_safe, AXIS))
     alpha = tl.exp2(m_prev - m_safe)
-    l_new = l_prev * alpha + tl.sum(p, axis=1)
+    l_new = l_prev * alpha + tl.sum(p, axis=AXIS)
     return p, alpha, m_new, l_new
 
 
