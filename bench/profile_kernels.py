@@ -1,7 +1,15 @@
 """Compile report and one profiled launch per format (run under ncu on the H200).
 
 ``PYTHONPATH=src python3 bench/profile_kernels.py --out DIR [--fmt fp8]``: writes DIR/<fmt>.ttgir
-and prints registers, spills and shared memory of the decode kernel for each format.
+and prints registers, spills and shared memory of the decode kernel for each format (64 x 8192,
+16 heads, the format's default config). Under ncu, as for docs/PERF.md::
+
+    ncu --clock-control none --kernel-name mla_decode_kernel --launch-skip 1 --launch-count 1 \
+        --section SpeedOfLight --section Occupancy \
+        --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio',\
+    smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,\
+    l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum \
+        python3 bench/profile_kernels.py --fmt fp8 --out /tmp/x
 """
 
 import argparse
