@@ -21,7 +21,7 @@ import torch
 
 from mixmla import api
 from mixmla.check import check_strict
-from mixmla.formats import Bf16Cache, Fp8Cache, Mxfp4Cache, quantize, quantize_fp8
+from mixmla.formats import Bf16Cache, Fp8Cache, Mxfp4Cache, quantize, quantize_fp8, quantize_mxfp4
 from mixmla.reference import mla_decode_reference
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -229,6 +229,19 @@ def test_mxfp4_values_at_the_format_limits(codes, scale_bytes):
         scale_fn = lambda g, n: torch.full((n, 18), scale_bytes, device=DEVICE)  # noqa: E731
     p = build([20, 31], fmt="bf16", seed=8)
     p.cache = _mxfp4_cache(51, code_fn, scale_fn, seed=8)
+    decode_and_check(p)
+
+
+def test_mxfp4_zero_blocks_decode_to_zero():
+    """All-zero blocks are common (zeroed or padded caches) and the quantizer gives them the scale
+    byte 0 (exponent clamped at -127): they must decode to zeros, not NaN, beside normal blocks."""
+    kv = torch.randn(51, 576, device=DEVICE)
+    kv[::3, :] = 0.0  # whole zero rows
+    kv[1::3, 64:128] = 0.0  # two zero blocks inside otherwise normal rows
+    cache = quantize_mxfp4(kv)
+    assert (cache.scales[:51, :18] == 0).any(), "the test needs blocks with scale byte 0"
+    p = build([20, 31], fmt="bf16", seed=12)
+    p.cache = cache
     decode_and_check(p)
 
 

@@ -103,10 +103,12 @@ def _fp8_fnuz_to_bf16(x):
 @triton.jit
 def _mx_exponent_base(scale_bytes):
     """Per E8M0 byte ``b``: the bf16 bit pattern ``(b - 1) << 7`` that, plus ``magnitude << 6``,
-    is the bf16 of ``E2M1(magnitude) * 2**(b - 127)`` for magnitudes 2..7; -1 marks bytes whose
-    values leave the normal bf16 range (b < 2 or b > 252, and the NaN byte 255)."""
+    is the bf16 of ``E2M1(magnitude) * 2**(b - 127)`` for magnitudes 2..7 (b in 2..252). Markers:
+    -2 for b < 2, whose values (at most 6 * 2**-126) this portable path flushes to zero, as
+    flush-to-zero arithmetic would (all-zero blocks get b = 0 from the quantizer); -1 for b > 252
+    (including the NaN byte 255), whose values leave the bf16 range and decode as NaN."""
     b = scale_bytes.to(tl.int32)
-    return tl.where((b >= 2) & (b <= 252), (b - 1) << 7, -1)
+    return tl.where(b > 252, -1, tl.where(b >= 2, (b - 1) << 7, -2))
 
 
 @triton.jit
@@ -119,7 +121,7 @@ def _mx_decode(codes, base):
     """
     mag = codes & 0x7
     bits = tl.where(mag >= 2, base + (mag << 6), tl.where(mag == 1, base, 0))
-    bits = tl.where(base < 0, 0x7FC0, bits) | ((codes & 0x8) << 12)
+    bits = tl.where(base == -1, 0x7FC0, tl.where(base == -2, 0, bits)) | ((codes & 0x8) << 12)
     return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
 
@@ -180,7 +182,8 @@ cvt.rn.bf16x2.f32 $3, f7, f6;
 @triton.jit
 def _mx_asm_multiplier(scale_bytes):
     """fp32 ``2**(byte - 121)`` per E8M0 byte (the block scale times the 2**6 that the e4m3 detour
-    divides by); NaN for bytes above 248, whose values would overflow on the way."""
+    divides by); NaN for bytes above 248 (block scales above 2**121), whose multiplier would
+    overflow float32. Bytes 0 and 1 are exact here (float32 keeps subnormal products)."""
     b = scale_bytes.to(tl.int32)
     return tl.where(b <= 248, (b + 6) << 23, 0x7FC00000).to(tl.float32, bitcast=True)
 
