@@ -40,8 +40,21 @@ def _rows(name: str, t: torch.Tensor, width: int) -> torch.Tensor:
     return t
 
 
+class _TokenRows:
+    """What every cache container shares: ``data`` holds one row per cached token."""
+
+    @property
+    def num_tokens(self) -> int:
+        """Cached tokens (rows of ``data``)."""
+        return self.data.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+
 @dataclass(frozen=True)
-class Bf16Cache:
+class Bf16Cache(_TokenRows):
     """Uncompressed cache: ``data`` (N, 576) or (N, 1, 576) bfloat16, 1152 bytes per token."""
 
     data: torch.Tensor
@@ -55,17 +68,9 @@ class Bf16Cache:
             raise TypeError(f"bf16 cache must have dtype torch.bfloat16, got {rows.dtype}")
         object.__setattr__(self, "data", rows)
 
-    @property
-    def num_tokens(self) -> int:
-        return self.data.shape[0]
-
-    @property
-    def device(self) -> torch.device:
-        return self.data.device
-
 
 @dataclass(frozen=True)
-class Fp8Cache:
+class Fp8Cache(_TokenRows):
     """Per-tensor fp8 cache: ``data`` (N, 576) or (N, 1, 576) float8 e4m3 (``e4m3fn`` or ``e4m3fnuz``),
     ``scale`` a one-element float32 tensor with ``x ~ data * scale``. 576 bytes per token."""
 
@@ -92,21 +97,13 @@ class Fp8Cache:
         object.__setattr__(self, "scale", scale.reshape(1).to(torch.float32))
 
     @property
-    def num_tokens(self) -> int:
-        return self.data.shape[0]
-
-    @property
-    def device(self) -> torch.device:
-        return self.data.device
-
-    @property
     def is_fnuz(self) -> bool:
         """True for the AMD ``e4m3fnuz`` encoding (exponent bias 8 instead of 7)."""
         return self.data.dtype == torch.float8_e4m3fnuz
 
 
 @dataclass(frozen=True)
-class Mxfp4Cache:
+class Mxfp4Cache(_TokenRows):
     """OCP MXFP4 cache.
 
     ``data``: (N, 288) or (N, 1, 288), uint8 or ``torch.float4_e2m1fn_x2``; byte ``j`` holds value
@@ -152,14 +149,6 @@ class Mxfp4Cache:
             raise ValueError(f"mxfp4 scales are on {scales.device} but the cache is on {rows.device}")
         object.__setattr__(self, "data", rows)
         object.__setattr__(self, "scales", scales)
-
-    @property
-    def num_tokens(self) -> int:
-        return self.data.shape[0]
-
-    @property
-    def device(self) -> torch.device:
-        return self.data.device
 
 
 KVCache = Union[Bf16Cache, Fp8Cache, Mxfp4Cache]
