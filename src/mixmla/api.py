@@ -43,8 +43,13 @@ class DecodePlan:
     """
 
     def __init__(self, kv_indptr, qo_indptr=None, num_heads: int = 16, fmt: str = "bf16",
-                 sm_scale: float | None = None, device=None, config: KernelConfig | None = None):
-        kv_ptr, qo_ptr, scale = validate.check_plan_inputs(kv_indptr, qo_indptr, num_heads, fmt, sm_scale, device)
+                 sm_scale: float | None = None, device=None, config: KernelConfig | None = None,
+                 _checked: validate.DecodeInputs | None = None):
+        if _checked is None:
+            kv_ptr, qo_ptr, scale = validate.check_plan_inputs(kv_indptr, qo_indptr, num_heads, fmt, sm_scale,
+                                                               device)
+        else:  # mla_decode already checked everything and read the indptrs: don't read them twice
+            kv_ptr, qo_ptr, scale = _checked.kv_ptr, _checked.qo_ptr, _checked.sm_scale
         self.device = torch.device(device) if device is not None else kv_indptr.device
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -143,7 +148,8 @@ def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch
     """
     checked = validate.check_decode_inputs(q, cache, kv_indptr, qo_indptr, sm_scale, out)
     cache = checked.cache
-    p = DecodePlan(kv_indptr, qo_indptr, q.shape[1], cache.format, checked.sm_scale, q.device, config)
+    p = DecodePlan(kv_indptr, qo_indptr, q.shape[1], cache.format, checked.sm_scale, q.device, config,
+                   _checked=checked)
     if out is None:
         out = torch.empty(q.shape[0], q.shape[1], VALUE_DIM, dtype=torch.bfloat16, device=q.device)
     if return_lse:
@@ -191,14 +197,18 @@ def cached_plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, num_heads: int
     return p
 
 
-def _benchmark_signature(data, fmt: str) -> tuple:
+def _benchmark_signature(data, fmt: str) -> tuple | None:
     """Identity of a benchmark call for the graph cache: every tensor's address and layout, and
-    the scalars that change the kernels (format, softmax scale)."""
-    q, kv_data, qo_indptr, kv_indptr, config = data
-    kv = kv_data[fmt]
-    kv_tensors = kv if isinstance(kv, (tuple, list)) else (kv,)
-    return (fmt, config.get("sm_scale"), tensor_signature(q), tensor_signature(qo_indptr), tensor_signature(kv_indptr),
-            *(tensor_signature(t) for t in kv_tensors))
+    the scalars that change the kernels (format, softmax scale). None when ``data`` is not the
+    well-formed tuple (the argument checks then explain what is wrong)."""
+    try:
+        q, kv_data, qo_indptr, kv_indptr, config = data
+        kv = kv_data[fmt]
+        kv_tensors = kv if isinstance(kv, (tuple, list)) else (kv,)
+        return (fmt, config.get("sm_scale"), tensor_signature(q), tensor_signature(qo_indptr),
+                tensor_signature(kv_indptr), *(tensor_signature(t) for t in kv_tensors))
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError):
+        return None
 
 
 def custom_kernel(data, fmt: str = "auto", use_graphs: bool = True) -> torch.Tensor:
@@ -213,16 +223,13 @@ def custom_kernel(data, fmt: str = "auto", use_graphs: bool = True) -> torch.Ten
     its first, eager call passed; like ``DecodePlan.run`` it does not re-read the indptr values.
     use_graphs=False always launches eagerly.
     """
-    if not isinstance(data, (tuple, list)) or len(data) != 5 or not isinstance(data[1], dict):
-        validate.check_benchmark_data(data, fmt)
-    fmt = choose_format(data[1]) if fmt == "auto" else fmt
-    if use_graphs and fmt in data[1]:
-        key = _benchmark_signature(data, fmt)
-        entry = _GRAPHS.lookup(key)
-        if entry is not None:
-            graph, static_out = entry
-            graph.replay()
-            return static_out.clone()
+    if fmt == "auto" and isinstance(data, (tuple, list)) and len(data) == 5 and isinstance(data[1], dict):
+        fmt = choose_format(data[1])
+    key = _benchmark_signature(data, fmt) if use_graphs else None
+    if key is not None:
+        out = _GRAPHS.replay(key)
+        if out is not None:
+            return out
     validate.check_benchmark_data(data, fmt)
     q, kv_data, qo_indptr, kv_indptr, config = data
     cache = as_cache(kv_data[fmt])
@@ -236,7 +243,7 @@ def custom_kernel(data, fmt: str = "auto", use_graphs: bool = True) -> torch.Ten
         return p.run(q, cache, out, kv_indptr=kv_indptr, qo_indptr=qo_indptr)
 
     shape = (q.shape[0], q.shape[1], VALUE_DIM)
-    if not use_graphs:
+    if key is None:
         out = torch.empty(shape, dtype=torch.bfloat16, device=q.device)
         launch(out)
         return out

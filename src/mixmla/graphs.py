@@ -42,20 +42,22 @@ class GraphCache:
         self._graphs.clear()
         self._seen.clear()
 
-    def lookup(self, key: tuple):
-        """The (graph, static output) of ``key`` if captured, else None."""
+    def replay(self, key: tuple) -> torch.Tensor | None:
+        """If ``key`` has a captured graph: replay it and return a copy of its output; else None."""
         entry = self._graphs.get(key)
-        if entry is not None:
-            self._graphs.move_to_end(key)
-        return entry
+        if entry is None:
+            return None
+        self._graphs.move_to_end(key)
+        graph, static_out = entry
+        graph.replay()
+        return static_out.clone()
 
     def run(self, key: tuple, launch: Callable[[torch.Tensor], object], shape, dtype, device) -> torch.Tensor:
-        """Run ``launch`` for ``key`` (eagerly, capturing, or replaying) and return a new output."""
-        entry = self.lookup(key)
-        if entry is not None:
-            graph, static_out = entry
-            graph.replay()
-            return static_out.clone()
+        """Run ``launch`` for ``key`` (replaying, or eagerly and capturing on the second sight) and
+        return a new output of ``shape`` and ``dtype`` on ``device``."""
+        out = self.replay(key)
+        if out is not None:
+            return out
         out = torch.empty(shape, dtype=dtype, device=device)
         launch(out)
         if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
