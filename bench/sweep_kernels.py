@@ -3,7 +3,8 @@
 Usage (on the H200): ``PYTHONPATH=src python3 bench/sweep_kernels.py --out $OUT [--quick]``.
 Writes one JSON line per measurement to ``OUT/sweep.jsonl`` and prints a short table last.
 GPU time: ``triton.testing.do_bench`` median; do_bench zeroes a 256 MB buffer before every call,
-so the cache is read from HBM. Bytes counted: cache bytes per token x tokens + q + out.
+so the cache is read from HBM. Bytes and ceiling as mixmla bench counts and measures them
+(``harness.cases.min_bytes``, ``harness.ceiling.measure_hbm_ceiling``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import torch
 import triton
 
 import mixmla
-from mixmla.api import format_bytes_per_token
+from mixmla.check import check_strict
 from mixmla.formats import as_cache
+from mixmla.harness.cases import min_bytes
+from mixmla.harness.ceiling import measure_hbm_ceiling
 from mixmla.inputs import generate_input
 from mixmla.plan import DEFAULT_CONFIGS, KernelConfig
 from mixmla.reference import mla_decode_reference
@@ -30,22 +33,8 @@ FORMATS = ("bf16", "fp8", "mxfp4")
 BENCH_SHAPES = [(4, 1024), (4, 8192), (32, 1024), (32, 8192), (64, 1024), (64, 8192), (256, 1024), (256, 8192)]
 
 
-def rel_l2(out, ref):
-    return ((out.double() - ref.double()).norm() / ref.double().norm().clamp(min=1e-300)).item()
-
-
-def measure_ceiling() -> float:
-    """Streaming read bandwidth (bytes/s): sum of a 4 GB bf16 tensor, do_bench median."""
-    x = torch.randn(2 * 1024**3, device="cuda", dtype=torch.bfloat16)
-    t = triton.testing.do_bench(lambda: x.sum(), warmup=25, rep=200, return_mode="median")
-    n = x.numel() * 2
-    del x
-    torch.cuda.empty_cache()
-    return n / (t * 1e-3)
-
-
 def bytes_moved(batch, lq, lk, heads, fmt):
-    return batch * lk * format_bytes_per_token(fmt) + batch * lq * heads * (576 + 512) * 2
+    return min_bytes(batch * lq, batch * lk, heads, fmt)
 
 
 def time_plan(p, q, cache, out):
@@ -67,13 +56,12 @@ def correctness(log):
         out = torch.full((q.shape[0], h, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
         out, lse = mixmla.mla_decode(q, kv[fmt], kvp, qo, out=out, return_lse=True)
         ref, rlse = mla_decode_reference(q, kv[fmt], kvp, qo)
-        err = 0.0 if lk == 0 and out.abs().max().item() == 0 else rel_l2(out, ref)
+        result = check_strict(out, ref)
         nan = bool(torch.isnan(out).any())
         lse_err = (lse.double() - rlse).nan_to_num(0.0).abs().max().item()
-        rec = dict(kind="check", shape=[b, lq, lk, h], fmt=fmt, rel_l2=err, nan=nan, lse_err=lse_err,
-                   ok=(not nan) and err <= 1e-2)
-        log(rec)
-        worst[fmt] = max(worst.get(fmt, 0.0), err if not nan else float("inf"))
+        log(dict(kind="check", shape=[b, lq, lk, h], fmt=fmt, rel_l2=result.rel_l2, nan=nan, lse_err=lse_err,
+                 ok=result.passed))
+        worst[fmt] = max(worst.get(fmt, 0.0), result.rel_l2 if result.passed else float("inf"))
     return worst
 
 
@@ -97,7 +85,7 @@ def main(argv=None):
     formats = args.formats.split(",")
     t0 = time.time()
     worst = {} if args.skip_check else correctness(log)
-    ceiling = measure_ceiling()
+    ceiling = measure_hbm_ceiling().read_gbps * 1e9  # bytes/s, the same measurement as mixmla bench
     log(dict(kind="ceiling", bytes_per_s=ceiling))
 
     # 1) kernel shape at the largest shape

@@ -250,9 +250,4 @@ def custom_kernel(data, fmt: str = "auto", use_graphs: bool = True) -> torch.Ten
     return _GRAPHS.run(key, launch, shape, torch.bfloat16, q.device)
 
 
-def format_bytes_per_token(fmt: str) -> int:
-    """Cache bytes read per cached token: bf16 1152, fp8 576, mxfp4 306."""
-    return {"bf16": 1152, "fp8": 576, "mxfp4": 306}[fmt]
-
-
-__all__ = ["DecodePlan", "plan", "mla_decode", "custom_kernel", "choose_format", "format_bytes_per_token"]
+__all__ = ["DecodePlan", "plan", "mla_decode", "custom_kernel", "choose_format"]

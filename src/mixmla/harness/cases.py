@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..formats import HEAD_DIM, VALUE_DIM
+from ..formats import HEAD_DIM, VALUE_DIM, Bf16Cache, Fp8Cache, Mxfp4Cache
 
 __all__ = [
     "BYTES_PER_TOKEN", "parse_shape", "spec_label", "load_specs", "min_bytes", "Case",
@@ -18,7 +18,7 @@ __all__ = [
 
 #: KV bytes read per cached token (SPEC.md): bf16 576 x 2; fp8 576 x 1; MXFP4 288 code bytes + 18
 #: E8M0 scale bytes.
-BYTES_PER_TOKEN = {"bf16": 2 * HEAD_DIM, "fp8": HEAD_DIM, "mxfp4": HEAD_DIM // 2 + HEAD_DIM // 32}
+BYTES_PER_TOKEN = {c.format: c.bytes_per_token for c in (Bf16Cache, Fp8Cache, Mxfp4Cache)}
 
 #: Seed of a shape given on the command line without one (``--shape B,Lq,Lk``).
 DEFAULT_SEED = 4242
