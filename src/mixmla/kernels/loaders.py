@@ -13,8 +13,8 @@ holds, so that the query is loaded and the output stored with the same columns:
 
 The fp8 loader returns the stored fp8 values times 2**-112 (see ``FP8_OUTPUT_EXPONENT``); that
 factor and the per-tensor scale are folded into the softmax scale and the output instead of
-multiplying every element. bf16 and MXFP4 loaders return true
-values (MXFP4 applies its per-block exponent while building the bf16 bits).
+multiplying every element. bf16 and MXFP4 loaders return true values (MXFP4 applies its
+per-block exponent while decoding).
 """
 
 import triton
@@ -189,6 +189,14 @@ def _mx_asm_multiplier(scale_bytes):
 
 
 @triton.jit
+def _per_byte(block_values, WIDTH: tl.constexpr):
+    """(T, WIDTH // 16) per-block values repeated over the 16 bytes (32 values) of each block."""
+    T: tl.constexpr = block_values.shape[0]
+    NBLK: tl.constexpr = WIDTH // 16
+    return tl.reshape(tl.broadcast_to(block_values[:, :, None], (T, NBLK, 16)), (T, WIDTH))
+
+
+@triton.jit
 def _load_mxfp4_piece(row_ptr, srow_ptr, byte0, scale0, WIDTH: tl.constexpr, mask, EVICT: tl.constexpr,
                       USE_ASM: tl.constexpr):
     """Decode WIDTH packed bytes (2*WIDTH values) into (even values, odd values), each (T, WIDTH)
@@ -197,16 +205,13 @@ def _load_mxfp4_piece(row_ptr, srow_ptr, byte0, scale0, WIDTH: tl.constexpr, mas
     NBLK: tl.constexpr = WIDTH // 16
     # Masked rows get the neutral byte 127 so they decode to zeros, not NaN (0 * NaN would poison P @ V).
     scale_bytes = _load_plain(srow_ptr, scale0, NBLK, mask, 127, EVICT)  # (T, NBLK)
-    T: tl.constexpr = packed.shape[0]
     if USE_ASM:
-        mult = _mx_asm_multiplier(scale_bytes)
-        mult = tl.reshape(tl.broadcast_to(mult[:, :, None], (T, NBLK, 16)), (T, WIDTH))
+        mult = _per_byte(_mx_asm_multiplier(scale_bytes), WIDTH)
         even, odd = tl.inline_asm_elementwise(_MXFP4_ASM, "=r,=r,=r,=r,r,r,r,r,r", [packed, mult],
                                               dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
         return even, odd
     else:
-        base = _mx_exponent_base(scale_bytes)
-        base = tl.reshape(tl.broadcast_to(base[:, :, None], (T, NBLK, 16)), (T, WIDTH))
+        base = _per_byte(_mx_exponent_base(scale_bytes), WIDTH)
         codes = packed.to(tl.int32)
         return _mx_decode(codes, base), _mx_decode(codes >> 4, base)
 
