@@ -25,7 +25,8 @@ FORMAT_IDS = {"bf16": 0, "fp8": 1, "mxfp4": 2}
 KV_TYPES = {"bf16": "*bf16", "fp8": "*u8", "mxfp4": "*u8"}
 
 
-def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True, heads=16, block_r=16, asm=True, tim=False):
+def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True, heads=16, block_r=16, asm=True, tim=False,
+                   maxnreg=None):
     """Compile ``mla_decode_kernel`` for sm_90 with the given constexprs; returns the CompiledKernel."""
     sig = {
         "q_ptr": "*bf16", "stride_qt": "i32", "stride_qh": "i32",
@@ -46,7 +47,8 @@ def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     src = ASTSource(fn=mla_decode_kernel, signature=sig, attrs=attrs,
                     constexprs={(names.index(k),): v for k, v in constexprs.items()})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages,
+                                                                                 **({'maxnreg': maxnreg} if maxnreg else {})))
 
 
 def resource_usage(kernel) -> str:
@@ -69,12 +71,14 @@ def main():
     ap.add_argument("--reload", action="store_true")
     ap.add_argument("--split", action="store_true", help="the partial-output variant instead of direct")
     ap.add_argument("--dump", default=None)
+    ap.add_argument("--maxnreg", type=int, default=None, help="register cap per thread (ptxas)")
     ap.add_argument("--no-asm", action="store_true", help="the portable decode instead of inline PTX")
     ap.add_argument("--tokens-in-m", action="store_true", help="the transposed products (tokens in the row slot)")
     a = ap.parse_args()
     for fmt in a.fmt.split(","):
         t = time.time()
-        k = compile_decode(fmt, a.block_t, a.warps, a.stages, a.reload, not a.split, asm=not a.no_asm, tim=a.tokens_in_m)
+        k = compile_decode(fmt, a.block_t, a.warps, a.stages, a.reload, not a.split, asm=not a.no_asm, tim=a.tokens_in_m,
+                           maxnreg=a.maxnreg)
         md = k.metadata
         print(f"{fmt}: {resource_usage(k)} shared={md.shared} ({time.time() - t:.0f}s)", flush=True)
         if a.dump:

@@ -255,6 +255,15 @@ def test_huge_logits(fmt, how):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("q_scale, sm_scale", [(1e8, 1e-9), (1e-9, 1e8)], ids=["q_beyond_f16_max", "q_below_f16_min"])
+def test_query_outside_the_f16_range(fmt, q_scale, sm_scale):
+    """fp8 caches take the query in f16 (range 6e-8 .. 65504), scaled per row by a power of two:
+    queries far outside that range (bf16 holds them; sm_scale brings the logits back to about 1)
+    must still match, neither overflowing to inf nor flushing to zero."""
+    decode_and_check(build([19, 40], q_lens=[1, 2], fmt=fmt, seed=13, q_scale=q_scale), sm_scale=sm_scale)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_strided_rows_and_int64_indptr(fmt):
     """q with strided rows and heads, cache rows with a larger row stride, MXFP4 scales with
     the producer's 24-column padding, int64 indptrs."""

@@ -24,7 +24,9 @@ class KernelConfig:
     """Kernel shape for one format. block_t: cached tokens per loop step; num_warps, num_stages:
     Triton launch options; items_per_sm and min_chunk: the split policy (see module doc);
     reload_values: read the value columns a second time instead of reusing the decoded keys;
-    tokens_in_m: compute S^T = K Q^T and O^T = V^T P^T (tokens in the matrix unit's row slot)."""
+    tokens_in_m: compute S^T = K Q^T and O^T = V^T P^T (tokens in the matrix unit's row slot);
+    max_registers: per-thread register cap for the decode kernel (ptxas ``maxnreg``; 0 = none):
+    fewer registers let more programs share an SM, which hides the latency of each one's loop."""
 
     block_t: int = 32
     num_warps: int = 4
@@ -33,14 +35,15 @@ class KernelConfig:
     min_chunk: int = 64
     reload_values: bool = False
     tokens_in_m: bool = False
+    max_registers: int = 0
 
 
 #: Defaults per format, the fastest at 256 x 8192 in the H200 sweeps recorded in docs/PERF.md
 #: (bench/results/2026-11-30-sweep*.jsonl).
 DEFAULT_CONFIGS = {
     "bf16": KernelConfig(block_t=64, num_warps=4, num_stages=2),
-    "fp8": KernelConfig(block_t=32, num_warps=4, num_stages=2, reload_values=True),
-    "mxfp4": KernelConfig(block_t=32, num_warps=4, num_stages=2, reload_values=True),
+    "fp8": KernelConfig(block_t=64, num_warps=4, num_stages=3),
+    "mxfp4": KernelConfig(block_t=64, num_warps=4, num_stages=2),
 }
 
 

@@ -29,6 +29,17 @@ def _dot(a, b, DOT_F32: tl.constexpr):
 
 
 @triton.jit
+def query_row_multiplier(a, b, c, d):
+    """Per row of the four query pieces (R, *): the power of two ``2**(141 - E)``, E the float32
+    exponent field of the row's largest magnitude (at least 15, so the multiplier is finite), which
+    scales that magnitude into [2**14, 2**15). float32 (R,)."""
+    amax = tl.maximum(tl.maximum(tl.max(tl.abs(a.to(tl.float32)), axis=1), tl.max(tl.abs(b.to(tl.float32)), axis=1)),
+                      tl.maximum(tl.max(tl.abs(c.to(tl.float32)), axis=1), tl.max(tl.abs(d.to(tl.float32)), axis=1)))
+    exp_field = tl.maximum((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF, 15)
+    return ((268 - exp_field) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def mla_decode_kernel(
     q_ptr, stride_qt, stride_qh,
     kv_ptr, kv_stride, scale_ptr, scale_stride, fp8_scale_ptr,
@@ -54,6 +65,7 @@ def mla_decode_kernel(
     the matrix unit's row slot). sm_scale: softmax scale; value_scale: the factor that turns the loader's values into true
     values (times the fp8 tensor scale read from ``fp8_scale_ptr`` for fp8).
     """
+    F16_OPERANDS: tl.constexpr = (FORMAT == FMT_FP8) or (FORMAT == FMT_FP8_FNUZ)
     work = tl.program_id(0)
     row_block = tl.program_id(1)
     req = tl.load(work_req + work)
@@ -64,7 +76,7 @@ def mla_decode_kernel(
     q_start = tl.load(qo_indptr + req).to(tl.int64)
     q_len = (tl.load(qo_indptr + req + 1) - q_start).to(tl.int32)
 
-    if (FORMAT == FMT_FP8) or (FORMAT == FMT_FP8_FNUZ):
+    if F16_OPERANDS:
         value_scale = value_scale * tl.load(fp8_scale_ptr)
     qk_scale = sm_scale * value_scale * 1.4426950408889634  # scores in base 2
 
@@ -79,6 +91,18 @@ def mla_decode_kernel(
     q_nope_b = load_query_piece(q_rows, row_ok, False, True, FORMAT, NOPE_HALF)
     q_rope_a = load_query_piece(q_rows, row_ok, True, False, FORMAT, ROPE_HALF)
     q_rope_b = load_query_piece(q_rows, row_ok, True, True, FORMAT, ROPE_HALF)
+    if F16_OPERANDS:
+        # fp8 keys and values convert to f16 exactly in one instruction per pair (bf16 would need
+        # bit moves), so the query joins them in f16, scaled per row by a power of two that puts
+        # its largest value in [2**14, 2**15): no overflow, and more significant bits than bf16.
+        q_mult = query_row_multiplier(q_nope_a, q_nope_b, q_rope_a, q_rope_b)
+        q_nope_a = (q_nope_a.to(tl.float32) * q_mult[:, None]).to(tl.float16)
+        q_nope_b = (q_nope_b.to(tl.float32) * q_mult[:, None]).to(tl.float16)
+        q_rope_a = (q_rope_a.to(tl.float32) * q_mult[:, None]).to(tl.float16)
+        q_rope_b = (q_rope_b.to(tl.float32) * q_mult[:, None]).to(tl.float16)
+        row_qk_scale = qk_scale / q_mult
+    else:
+        row_qk_scale = tl.full((BLOCK_R,), 1.0, tl.float32) * qk_scale
     if DOT_F32:
         q_nope_a = q_nope_a.to(tl.float32)
         q_nope_b = q_nope_b.to(tl.float32)
@@ -115,7 +139,7 @@ def mla_decode_kernel(
             scores += _dot(k_rope_a, tl.trans(q_rope_a), DOT_F32)
             scores += _dot(k_rope_b, tl.trans(q_rope_b), DOT_F32)
             visible = tok_ok[:, None] & (pos[:, None] <= last_visible[None, :])
-            scores = tl.where(visible, scores * qk_scale, float("-inf"))
+            scores = tl.where(visible, scores * row_qk_scale[None, :], float("-inf"))
             p, alpha, m, l = online_softmax_step(scores, m, l, 0)
         else:
             scores = _dot(q_nope_a, tl.trans(k_nope_a), DOT_F32)
@@ -123,9 +147,10 @@ def mla_decode_kernel(
             scores += _dot(q_rope_a, tl.trans(k_rope_a), DOT_F32)
             scores += _dot(q_rope_b, tl.trans(k_rope_b), DOT_F32)
             visible = tok_ok[None, :] & (pos[None, :] <= last_visible[:, None])
-            scores = tl.where(visible, scores * qk_scale, float("-inf"))
+            scores = tl.where(visible, scores * row_qk_scale[:, None], float("-inf"))
             p, alpha, m, l = online_softmax_step(scores, m, l, 1)
-        p_op = p.to(tl.bfloat16)
+        # f16 keeps p (<= 1) at least as exactly as bf16 down to 2**-24.
+        p_op = p.to(tl.float16) if F16_OPERANDS else p.to(tl.bfloat16)
         if DOT_F32:
             p_op = p_op.to(tl.float32)
         if RELOAD_VALUES:

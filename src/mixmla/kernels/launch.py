@@ -13,7 +13,7 @@ from ..formats import Bf16Cache, Fp8Cache, KVCache, Mxfp4Cache
 from ..plan import KernelConfig, Schedule
 from .combine import mla_combine_kernel
 from .decode import mla_decode_kernel
-from .loaders import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4, FP8_OUTPUT_EXPONENT
+from .loaders import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
 
 COMBINE_BLOCK_R = 16  #: rows per combine program
 COMBINE_BLOCK_D = 128  #: output columns per combine program: more programs in flight for small batches
@@ -34,7 +34,7 @@ def cache_arguments(cache: KVCache):
         data = cache.data.view(torch.uint8)
         if cache.is_fnuz:
             return FMT_FP8_FNUZ, data, data.stride(0), data, 0, cache.scale, 1.0
-        return FMT_FP8, data, data.stride(0), data, 0, cache.scale, 2.0 ** -FP8_OUTPUT_EXPONENT
+        return FMT_FP8, data, data.stride(0), data, 0, cache.scale, 1.0
     if isinstance(cache, Mxfp4Cache):
         return FMT_MXFP4, cache.data, cache.data.stride(0), cache.scales, cache.scales.stride(0), cache.data, 1.0
     raise TypeError(f"unsupported cache type {type(cache).__name__}")
@@ -82,6 +82,7 @@ def launch_decode(
         DIRECT=schedule.direct, WRITE_LSE=write_lse, DOT_F32=dot_f32, RELOAD_VALUES=config.reload_values,
         USE_ASM=not dot_f32, TOKENS_IN_M=config.tokens_in_m,
         num_warps=config.num_warps, num_stages=config.num_stages,
+        **({"maxnreg": config.max_registers} if config.max_registers and not dot_f32 else {}),
     )
     if not schedule.direct:
         batch = split_indptr.shape[0] - 1

@@ -1,7 +1,7 @@
 """Tile loaders, one per cache format, all with the same shape of result.
 
 A cached token is 576 values. Triton tiles must be powers of two, so every loader splits a token
-into four bf16 pieces, returned as ``(nope_a, nope_b, rope_a, rope_b)`` of shapes
+into four pieces (bf16, or f16 for fp8 caches), returned as ``(nope_a, nope_b, rope_a, rope_b)`` of shapes
 (T, 256), (T, 256), (T, 32), (T, 32). ``column_map`` says which of the 576 values each piece
 holds, so that the query is loaded and the output stored with the same columns:
 
@@ -11,10 +11,18 @@ holds, so that the query is loaded and the output stored with the same columns:
   0, 2, .., 510 (low nibbles), nope_b = the odd values (high nibbles), and likewise for the rope.
   Keeping them apart avoids interleaving registers, which Triton would do through shared memory.
 
-The fp8 loader returns the stored fp8 values times 2**-112 (see ``FP8_OUTPUT_EXPONENT``); that
-factor and the per-tensor scale are folded into the softmax scale and the output instead of
-multiplying every element. bf16 and MXFP4 loaders return true values (MXFP4 applies its
-per-block exponent while decoding).
+The fp8 loader returns the stored fp8 values exactly, as f16 (one hardware conversion per pair;
+bf16 would need extra bit moves); the per-tensor scale is folded into the softmax scale and the
+output instead of multiplying every element. bf16 and MXFP4 loaders return true values as bf16
+(MXFP4 applies its per-block scale while decoding).
+
+The packed-PTX decoders are declared impure (``is_pure=False``) on purpose: Triton would otherwise
+move the conversion after the shared-memory load into the matrix-operand layout, where fp8 bytes
+are read one at a time and the register tile cannot be shared by the two products. Kept in
+place, the decode runs on 16-byte vectors straight from the asynchronous-copy buffer and its
+16-bit result goes to shared memory once, for both products (``ldmatrix`` for keys and values).
+For 32-token tiles this took the fp8 loop from 1508 to 522 SASS instructions (bf16: 504);
+docs/PERF.md has the measurements.
 """
 
 import triton
@@ -48,46 +56,29 @@ def _load_plain(row_ptr, col0, WIDTH: tl.constexpr, mask, other, EVICT: tl.const
     return tl.load(row_ptr[:, None] + cols[None, :], mask=mask[:, None], other=other, eviction_policy=EVICT)
 
 
-#: The fp8 loader returns value * 2**-112: the e4m3 -> f16 conversion is one hardware instruction
-#: per pair, and moving the f16 exponent/mantissa bits into bf16 positions is then two logic
-#: operations, which rebias the exponent by 2**-112. Every e4m3 value, subnormals included, stays a
-#: normal bf16 (>= 2**-121); the kernel folds 2**112 into the softmax and output scales.
-FP8_OUTPUT_EXPONENT = -112
-
-# $0, $1 <- 4 e4m3fn bytes in $2, as two bf16x2 (value * 2**-112). cvt.rn.f16x2.e4m3x2 is exact
-# (subnormals too); f16 bits >> 3 put exponent and mantissa where bf16 keeps them, the sign stays.
+# $0, $1 <- the 4 e4m3fn bytes of $2 as two f16x2: the hardware conversion is exact (every e4m3fn
+# value, subnormals included, is an f16), so the loader's values are the stored values.
 _FP8_ASM = tl.constexpr("""
 {
 .reg .b16 lo, hi;
-.reg .b32 h0, h1, t0, t1;
 mov.b32 {lo, hi}, $2;
-cvt.rn.f16x2.e4m3x2 h0, lo;
-cvt.rn.f16x2.e4m3x2 h1, hi;
-shr.b32 t0, h0, 3;
-shr.b32 t1, h1, 3;
-and.b32 t0, t0, 0x0FFF0FFF;
-and.b32 t1, t1, 0x0FFF0FFF;
-and.b32 h0, h0, 0x80008000;
-and.b32 h1, h1, 0x80008000;
-or.b32 $0, t0, h0;
-or.b32 $1, t1, h1;
+cvt.rn.f16x2.e4m3x2 $0, lo;
+cvt.rn.f16x2.e4m3x2 $1, hi;
 }
 """)
 
 
 @triton.jit
-def _fp8_to_bf16(x, USE_ASM: tl.constexpr):
-    """bf16 ``value * 2**-112`` of e4m3fn bytes ``x`` (uint8), exact."""
+def _fp8_to_f16(x, USE_ASM: tl.constexpr):
+    """f16 values of e4m3fn bytes ``x`` (uint8), exact."""
     if USE_ASM:
-        return tl.inline_asm_elementwise(_FP8_ASM, "=r,=r,r", [x], dtype=tl.bfloat16, is_pure=True, pack=4)
+        return tl.inline_asm_elementwise(_FP8_ASM, "=r,=r,r", [x], dtype=tl.float16, is_pure=False, pack=4)
     else:
-        # The same numbers with portable operations (the interpreter and non-NVIDIA backends).
-        v = x.to(tl.float8e4nv, bitcast=True).to(tl.float32) * 1.925929944387236e-34  # 2**-112
-        return v.to(tl.bfloat16)
+        return x.to(tl.float8e4nv, bitcast=True).to(tl.float32).to(tl.float16)
 
 
 @triton.jit
-def _fp8_fnuz_to_bf16(x):
+def _fp8_fnuz_to_f16(x):
     # e4m3fnuz (AMD) differs from e4m3fn in its exponent bias (8) and in having no NaN at 0x7F
     # (that is its maximum, 240), so the hardware e4m3fn conversion cannot be borrowed: build the
     # value as (implicit bit + mantissa) * 2**exponent with exact integer-to-float steps.
@@ -97,7 +88,7 @@ def _fp8_fnuz_to_bf16(x):
     significand = tl.where(exp_field == 0, mant, mant + 8).to(tl.float32)
     pow2 = ((tl.maximum(exp_field, 1) - 11 + 127) << 23).to(tl.float32, bitcast=True)
     val = significand * pow2
-    return tl.where((b & 0x80) != 0, -val, val).to(tl.bfloat16)
+    return tl.where((b & 0x80) != 0, -val, val).to(tl.float16)
 
 
 @triton.jit
@@ -125,67 +116,58 @@ def _mx_decode(codes, base):
     return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
 
-# ($0,$1) even and ($2,$3) odd values of the 8 E2M1 codes in the 4 bytes of $4, as bf16x2, times the
-# fp32 block multipliers $5..$8 (= 2**(byte - 121)), one per byte: the 4 elements Triton packs into
-# a register need not share a row, so each keeps its own scale. Each nibble s.mmm becomes the e4m3 byte
-# s.0mm.m00 (the same value times 2**-6, 0.5 as an e4m3 subnormal), four per register; the hardware
-# converts pairs to f16 exactly; f32 multiplies by the block scale (exact: a power of two); the
-# pack to bf16 is exact (at most 3 significant bits).
+# ($0,$1) even and ($2,$3) odd values of the 8 E2M1 codes in the 4 bytes of $4, as bf16x2, scaled
+# by the E8M0 bytes in $5 (one per code byte: the 4 elements Triton packs into a register need not
+# share a row, so each carries its own scale). A code's 3 magnitude bits are exactly a byte-permute
+# selector, so two permutes look up four bf16 magnitudes at once in 8-entry tables (their high and
+# low bytes), a third puts the bytes in place, the sign bit is shifted into bit 15, and one bf16x2
+# multiply by 2**(scale - 127) (the bf16 bits ``scale << 7``) applies the block scale. Exact for
+# scales 1..252: the products are E2M1 values times a power of two, subnormal ones included.
+# Scale 0 (2**-127, for blocks whose values are all below 2**-125) decodes as zeros, and 255 (NaN)
+# as infinities, and NaN where the code is zero.
 _MXFP4_ASM = tl.constexpr("""
 {
-.reg .b32 ev, od, t, p0, p1, p2, p3;
-.reg .b16 e0, e1, o0, o1, h<8>;
-.reg .f32 f<8>;
-shl.b32 t, $4, 2;
-and.b32 t, t, 0x1C1C1C1C;
-shl.b32 ev, $4, 4;
-and.b32 ev, ev, 0x80808080;
-or.b32 ev, ev, t;
-shr.b32 t, $4, 2;
-and.b32 t, t, 0x1C1C1C1C;
-and.b32 od, $4, 0x80808080;
-or.b32 od, od, t;
-mov.b32 {e0, e1}, ev;
-mov.b32 {o0, o1}, od;
-cvt.rn.f16x2.e4m3x2 p0, e0;
-cvt.rn.f16x2.e4m3x2 p1, e1;
-cvt.rn.f16x2.e4m3x2 p2, o0;
-cvt.rn.f16x2.e4m3x2 p3, o1;
-mov.b32 {h0, h1}, p0;
-mov.b32 {h2, h3}, p1;
-mov.b32 {h4, h5}, p2;
-mov.b32 {h6, h7}, p3;
-cvt.f32.f16 f0, h0;
-cvt.f32.f16 f1, h1;
-cvt.f32.f16 f2, h2;
-cvt.f32.f16 f3, h3;
-cvt.f32.f16 f4, h4;
-cvt.f32.f16 f5, h5;
-cvt.f32.f16 f6, h6;
-cvt.f32.f16 f7, h7;
-mul.f32 f0, f0, $5;
-mul.f32 f1, f1, $6;
-mul.f32 f2, f2, $7;
-mul.f32 f3, f3, $8;
-mul.f32 f4, f4, $5;
-mul.f32 f5, f5, $6;
-mul.f32 f6, f6, $7;
-mul.f32 f7, f7, $8;
-cvt.rn.bf16x2.f32 $0, f1, f0;
-cvt.rn.bf16x2.f32 $1, f3, f2;
-cvt.rn.bf16x2.f32 $2, f5, f4;
-cvt.rn.bf16x2.f32 $3, f7, f6;
+.reg .b32 sel, hi, lo, x, s, v, m, ht0, ht1, lt0, lt1, zero, nz;
+mov.b32 ht0, 0x3F3F3F00;
+mov.b32 ht1, 0x40404040;
+mov.b32 lt0, 0xC0800000;
+mov.b32 lt1, 0xC0804000;
+mov.b32 zero, 0;
+mov.b32 nz, 0x80008000;
+and.b32 sel, $4, 0x77777777;
+prmt.b32 hi, ht0, ht1, sel;
+prmt.b32 lo, lt0, lt1, sel;
+prmt.b32 x, $4, zero, 0x4140;
+prmt.b32 m, $5, zero, 0x4140;
+shl.b32 m, m, 7;
+prmt.b32 v, lo, hi, 0x6240;
+shl.b32 s, x, 12;
+and.b32 s, s, 0x80008000;
+or.b32 v, v, s;
+fma.rn.bf16x2 $0, v, m, nz;
+prmt.b32 v, lo, hi, 0x7351;
+shl.b32 s, x, 8;
+and.b32 s, s, 0x80008000;
+or.b32 v, v, s;
+fma.rn.bf16x2 $2, v, m, nz;
+shr.b32 sel, sel, 16;
+prmt.b32 hi, ht0, ht1, sel;
+prmt.b32 lo, lt0, lt1, sel;
+prmt.b32 x, $4, zero, 0x4342;
+prmt.b32 m, $5, zero, 0x4342;
+shl.b32 m, m, 7;
+prmt.b32 v, lo, hi, 0x6240;
+shl.b32 s, x, 12;
+and.b32 s, s, 0x80008000;
+or.b32 v, v, s;
+fma.rn.bf16x2 $1, v, m, nz;
+prmt.b32 v, lo, hi, 0x7351;
+shl.b32 s, x, 8;
+and.b32 s, s, 0x80008000;
+or.b32 v, v, s;
+fma.rn.bf16x2 $3, v, m, nz;
 }
 """)
-
-
-@triton.jit
-def _mx_asm_multiplier(scale_bytes):
-    """fp32 ``2**(byte - 121)`` per E8M0 byte (the block scale times the 2**6 that the e4m3 detour
-    divides by); NaN for bytes above 248 (block scales above 2**121), whose multiplier would
-    overflow float32. Bytes 0 and 1 are exact here (float32 keeps subnormal products)."""
-    b = scale_bytes.to(tl.int32)
-    return tl.where(b <= 248, (b + 6) << 23, 0x7FC00000).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -206,9 +188,8 @@ def _load_mxfp4_piece(row_ptr, srow_ptr, byte0, scale0, WIDTH: tl.constexpr, mas
     # Masked rows get the neutral byte 127 so they decode to zeros, not NaN (0 * NaN would poison P @ V).
     scale_bytes = _load_plain(srow_ptr, scale0, NBLK, mask, 127, EVICT)  # (T, NBLK)
     if USE_ASM:
-        mult = _per_byte(_mx_asm_multiplier(scale_bytes), WIDTH)
-        even, odd = tl.inline_asm_elementwise(_MXFP4_ASM, "=r,=r,=r,=r,r,r,r,r,r", [packed, mult],
-                                              dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+        even, odd = tl.inline_asm_elementwise(_MXFP4_ASM, "=r,=r,=r,=r,r,r", [packed, _per_byte(scale_bytes, WIDTH)],
+                                              dtype=(tl.bfloat16, tl.bfloat16), is_pure=False, pack=4)
         return even, odd
     else:
         base = _per_byte(_mx_exponent_base(scale_bytes), WIDTH)
@@ -229,11 +210,11 @@ def _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, BYTE0:
         piece_a = _load_plain(row_ptr, 2 * BYTE0, WIDTH, tok_mask, 0, EVICT)
         piece_b = _load_plain(row_ptr, 2 * BYTE0 + WIDTH, WIDTH, tok_mask, 0, EVICT)
         if FORMAT == FMT_FP8:
-            piece_a = _fp8_to_bf16(piece_a, USE_ASM)
-            piece_b = _fp8_to_bf16(piece_b, USE_ASM)
+            piece_a = _fp8_to_f16(piece_a, USE_ASM)
+            piece_b = _fp8_to_f16(piece_b, USE_ASM)
         elif FORMAT == FMT_FP8_FNUZ:
-            piece_a = _fp8_fnuz_to_bf16(piece_a)
-            piece_b = _fp8_fnuz_to_bf16(piece_b)
+            piece_a = _fp8_fnuz_to_f16(piece_a)
+            piece_b = _fp8_fnuz_to_f16(piece_b)
     return piece_a, piece_b
 
 
