@@ -22,11 +22,11 @@ from triton.compiler import ASTSource
 from mixmla.kernels.decode import mla_decode_kernel
 
 FORMAT_IDS = {"bf16": 0, "fp8": 1, "mxfp4": 2}
-KV_TYPES = {"bf16": "*bf16", "fp8": "*u8", "mxfp4": "*u8"}
+KV_TYPES = {"bf16": "*bf16", "fp8": "*fp8e4nv", "mxfp4": "*u8"}
 
 
 def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True, heads=16, block_r=16, asm=True, tim=False,
-                   maxnreg=None):
+                   maxnreg=None, prefetch=False, fp8_scores=False, imprecise=0):
     """Compile ``mla_decode_kernel`` for sm_90 with the given constexprs; returns the CompiledKernel."""
     sig = {
         "q_ptr": "*bf16", "stride_qt": "i32", "stride_qh": "i32",
@@ -37,7 +37,8 @@ def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True
         "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "rows_max": "i32", "sm_scale": "fp32", "value_scale": "fp32",
     }
     constexprs = dict(H=heads, BLOCK_R=block_r, BLOCK_T=block_t, FORMAT=FORMAT_IDS[fmt], DIRECT=direct,
-                      WRITE_LSE=False, DOT_F32=False, RELOAD_VALUES=reload, USE_ASM=asm, TOKENS_IN_M=tim)
+                      WRITE_LSE=False, DOT_F32=False, RELOAD_VALUES=reload, USE_ASM=asm, TOKENS_IN_M=tim,
+                      REGISTER_PREFETCH=prefetch, FP8_SCORES=fp8_scores and fmt == "fp8", FP8_IMPRECISE=imprecise)
     for k, v in constexprs.items():
         sig[k] = "constexpr"
     names = mla_decode_kernel.arg_names
@@ -71,6 +72,9 @@ def main():
     ap.add_argument("--reload", action="store_true")
     ap.add_argument("--split", action="store_true", help="the partial-output variant instead of direct")
     ap.add_argument("--dump", default=None)
+    ap.add_argument("--prefetch", action="store_true", help="register prefetch instead of asynchronous copies")
+    ap.add_argument("--fp8-scores", action="store_true", help="fp8 matrix unit for the fp8 scores")
+    ap.add_argument("--imprecise", type=int, default=0)
     ap.add_argument("--maxnreg", type=int, default=None, help="register cap per thread (ptxas)")
     ap.add_argument("--no-asm", action="store_true", help="the portable decode instead of inline PTX")
     ap.add_argument("--tokens-in-m", action="store_true", help="the transposed products (tokens in the row slot)")
@@ -78,7 +82,7 @@ def main():
     for fmt in a.fmt.split(","):
         t = time.time()
         k = compile_decode(fmt, a.block_t, a.warps, a.stages, a.reload, not a.split, asm=not a.no_asm, tim=a.tokens_in_m,
-                           maxnreg=a.maxnreg)
+                           maxnreg=a.maxnreg, prefetch=a.prefetch, fp8_scores=a.fp8_scores, imprecise=a.imprecise)
         md = k.metadata
         print(f"{fmt}: {resource_usage(k)} shared={md.shared} ({time.time() - t:.0f}s)", flush=True)
         if a.dump:

@@ -94,7 +94,9 @@ def main(argv=None):
     grid = os.environ.get("SWEEP_CFGS", "32,4,2,0;32,4,3,0;64,4,2,0;64,8,2,0;32,4,2,1;32,4,3,1;64,4,2,1;64,8,2,1;16,4,3,1")
     shapes_cfg = [] if grid == "none" else [
         KernelConfig(block_t=f[0], num_warps=f[1], num_stages=f[2], reload_values=bool(f[3]),
-                     tokens_in_m=bool(f[4]) if len(f) > 4 else False, max_registers=f[5] if len(f) > 5 else 0)
+                     tokens_in_m=bool(f[4]) if len(f) > 4 else False, max_registers=f[5] if len(f) > 5 else 0,
+                     register_prefetch=bool(f[6]) if len(f) > 6 else False, fp8_scores=bool(f[7]) if len(f) > 7 else False,
+                     fp8_imprecise=f[8] if len(f) > 8 else 0)
         for f in ([int(x) for x in c.split(",")] for c in grid.split(";"))]
     if args.quick:
         shapes_cfg = shapes_cfg[:4]
@@ -104,15 +106,20 @@ def main(argv=None):
         q, kv, qo, kvp, _ = generate_input(big[0], big[1], big[2], seed=11, num_heads=big[3], device="cuda")
         cache = as_cache(kv[fmt])
         out = torch.empty(q.shape[0], big[3], 512, dtype=torch.bfloat16, device="cuda")
+        ref = None if args.skip_check else mla_decode_reference(q, kv[fmt], kvp, qo)[0]
         for cfg in shapes_cfg:
             try:
                 p = mixmla.plan(kvp, qo, big[3], fmt, config=cfg)
+                out.fill_(float("nan"))
+                p.run(q, cache, out)
+                rel_l2 = None if ref is None else check_strict(out, ref).rel_l2
                 ms = time_plan(p, q, cache, out)
             except Exception as e:  # a config that does not compile (registers, shared memory) is skipped
                 log(dict(kind="cfg_fail", fmt=fmt, cfg=cfg.__dict__, err=repr(e)[:300]))
                 continue
             bw = bytes_moved(*big[:3], big[3], fmt) / (ms * 1e-3)
-            log(dict(kind="cfg", fmt=fmt, shape=list(big), cfg=cfg.__dict__, us=ms * 1e3, frac=bw / ceiling))
+            log(dict(kind="cfg", fmt=fmt, shape=list(big), cfg=cfg.__dict__, us=ms * 1e3, frac=bw / ceiling,
+                     rel_l2=rel_l2))
             if fmt not in best or ms < best[fmt][0]:
                 best[fmt] = (ms, cfg)
         del q, kv, cache, out
@@ -131,7 +138,8 @@ def main(argv=None):
         results = []
         for ips, mc in policies:
             cfg = KernelConfig(base.block_t, base.num_warps, base.num_stages, ips, max(mc, base.block_t),
-                               base.reload_values, base.tokens_in_m, base.max_registers)
+                               base.reload_values, base.tokens_in_m, base.max_registers, base.register_prefetch,
+                               base.fp8_scores, base.fp8_imprecise)
             p = mixmla.plan(kvp, qo, 16, fmt, config=cfg)
             ms = time_plan(p, q, cache, out)
             results.append((ms, ips, mc, p.schedule.num_work, p.schedule.direct))
@@ -147,7 +155,8 @@ def main(argv=None):
     print(f"\nceiling {ceiling / 1e12:.2f} TB/s; worst strict rel L2 per format: {worst}; {time.time() - t0:.0f}s")
     for fmt, (ms, cfg) in best.items():
         print(f"best 256x8192 {fmt}: {ms * 1e3:.1f} us  bt={cfg.block_t} nw={cfg.num_warps} ns={cfg.num_stages} "
-              f"reload={cfg.reload_values} tokens_in_m={cfg.tokens_in_m} maxnreg={cfg.max_registers}")
+              f"reload={cfg.reload_values} tokens_in_m={cfg.tokens_in_m} maxnreg={cfg.max_registers} "
+              f"prefetch={cfg.register_prefetch}")
     print(f"{'shape':>10} {'fmt':>6} {'us':>9} {'%HBM':>6} {'ips':>4} {'minc':>5} {'work':>5}")
     for row in table:
         print(f"{row[0]:>10} {row[1]:>6} {row[2]:9.1f} {100 * row[3]:6.1f} {row[4]:4.0f} {row[5]:5d} {row[6]:5d}")

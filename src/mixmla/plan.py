@@ -10,7 +10,7 @@ entirely (``direct``) when every request is one chunk.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -26,7 +26,11 @@ class KernelConfig:
     reload_values: read the value columns a second time instead of reusing the decoded keys;
     tokens_in_m: compute S^T = K Q^T and O^T = V^T P^T (tokens in the matrix unit's row slot);
     max_registers: per-thread register cap for the decode kernel (ptxas ``maxnreg``; 0 = none):
-    fewer registers let more programs share an SM, which hides the latency of each one's loop."""
+    fewer registers let more programs share an SM, which hides the latency of each one's loop;
+    register_prefetch: load the next tile into registers during this one (no asynchronous copies;
+    use with num_stages=1); fp8_scores: fp8 e4m3fn caches compute the scores on the fp8 matrix
+    unit (keys as stored, query split in two e4m3 terms; needs block_t=64 on Hopper), and
+    fp8_imprecise is how many products it may sum in reduced precision before each float32 add."""
 
     block_t: int = 32
     num_warps: int = 4
@@ -36,15 +40,35 @@ class KernelConfig:
     reload_values: bool = False
     tokens_in_m: bool = False
     max_registers: int = 0
+    register_prefetch: bool = False
+    fp8_scores: bool = False
+    fp8_imprecise: int = 0
 
 
-#: Defaults per format, the fastest at 256 x 8192 in the H200 sweeps recorded in docs/PERF.md
-#: (bench/results/2026-11-30-sweep*.jsonl).
+#: Defaults per format, the fastest in the H200 sweeps recorded in docs/PERF.md
+#: (bench/results/2026-11-30-*/sweep*.jsonl). items_per_sm matches how many programs of that shape
+#: fit on an SM at once (shared memory: bf16 and fp8 168 and 166 KB, so one; MXFP4 111 KB, two):
+#: more work items than resident slots only adds a partial result to merge.
 DEFAULT_CONFIGS = {
-    "bf16": KernelConfig(block_t=64, num_warps=4, num_stages=2),
-    "fp8": KernelConfig(block_t=64, num_warps=4, num_stages=3),
-    "mxfp4": KernelConfig(block_t=64, num_warps=4, num_stages=2),
+    "bf16": KernelConfig(block_t=64, num_warps=4, num_stages=3, items_per_sm=1.0),
+    "fp8": KernelConfig(block_t=64, num_warps=4, num_stages=3, items_per_sm=1.0),
+    "mxfp4": KernelConfig(block_t=64, num_warps=4, num_stages=2, items_per_sm=2.0),
 }
+
+
+def block_rows(rows_max: int) -> int:
+    """Query rows per program for requests of at most ``rows_max`` rows (Lq * H): a power of two
+    from MIN_BLOCK_R to MAX_BLOCK_R."""
+    return min(MAX_BLOCK_R, max(MIN_BLOCK_R, _next_pow2(rows_max)))
+
+
+def default_config(fmt: str, rows_max: int = MIN_BLOCK_R) -> KernelConfig:
+    """``DEFAULT_CONFIGS[fmt]``, with fewer pipeline stages where 64-row programs (H >= 64, or
+    Lq * H >= 64) would not fit the shared memory of an SM (bf16: 288 KB at 3 stages)."""
+    config = DEFAULT_CONFIGS[fmt]
+    if block_rows(rows_max) >= MAX_BLOCK_R and config.num_stages > 2:
+        config = replace(config, num_stages=2)
+    return config
 
 
 @dataclass(frozen=True)
@@ -96,7 +120,7 @@ def make_schedule(kv_lens, q_lens, num_heads: int, num_sms: int, config: KernelC
     kv_lens = np.asarray(kv_lens, dtype=np.int64)
     q_lens = np.asarray(q_lens, dtype=np.int64)
     rows_max = int(max(1, q_lens.max(initial=1))) * num_heads
-    block_r = min(MAX_BLOCK_R, max(MIN_BLOCK_R, _next_pow2(rows_max)))
+    block_r = block_rows(rows_max)
     row_blocks = -(-rows_max // block_r)
     target = num_sms * config.items_per_sm / row_blocks
     nsplit = splits_per_request(kv_lens, target, config)

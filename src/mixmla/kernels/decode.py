@@ -14,8 +14,8 @@ make the plan's balance worse.
 import triton
 import triton.language as tl
 
-from .loaders import (FMT_FP8, FMT_FP8_FNUZ, NOPE_HALF, ROPE_HALF, load_key_tile, load_query_piece, load_value_tile,
-                      store_value_rows)
+from .loaders import (FMT_FP8, FMT_FP8_FNUZ, NOPE_HALF, ROPE_HALF, decode_span, decode_tile, load_key_tile,
+                      load_query_piece, load_raw_tile, load_value_tile, store_value_rows)
 from .softmax import LN2, finish_rows, online_softmax_step
 
 
@@ -40,6 +40,44 @@ def query_row_multiplier(a, b, c, d):
 
 
 @triton.jit
+def query_row_multiplier_fp8(a, b, c, d):
+    """Like ``query_row_multiplier`` but ``2**(134 - E)``, which scales the row's largest
+    magnitude into [2**7, 2**8), inside e4m3's range (448). float32 (R,)."""
+    amax = tl.maximum(tl.maximum(tl.max(tl.abs(a.to(tl.float32)), axis=1), tl.max(tl.abs(b.to(tl.float32)), axis=1)),
+                      tl.maximum(tl.max(tl.abs(c.to(tl.float32)), axis=1), tl.max(tl.abs(d.to(tl.float32)), axis=1)))
+    exp_field = tl.maximum((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF, 8)
+    return ((261 - exp_field) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def split_fp8(x, mult):
+    """``x * mult`` (R, W) as two e4m3 terms ``(hi, lo)`` whose sum keeps about as many significant
+    bits as bf16 (hi has 4, lo the next 4)."""
+    scaled = x.to(tl.float32) * mult[:, None]
+    hi = scaled.to(tl.float8e4nv)
+    return hi, (scaled - hi.to(tl.float32)).to(tl.float8e4nv)
+
+
+@triton.jit
+def scores_fp8(k, q_hi, q_lo, acc, DOT_F32: tl.constexpr, IMPRECISE: tl.constexpr):
+    """``acc + k @ (q_hi + q_lo)^T``: k (T, W) e4m3 keys straight from the cache, q_hi/q_lo
+    (R, W) e4m3; (T, R) float32. IMPRECISE: products the fp8 matrix unit may sum in its reduced
+    precision before Triton adds them to the float32 accumulator (0: Triton's default)."""
+    if DOT_F32:
+        q = q_hi.to(tl.float32) + q_lo.to(tl.float32)
+        return tl.dot(k.to(tl.float32), tl.trans(q), acc, input_precision="ieee")
+    else:
+        WIDTH: tl.constexpr = k.shape[1]
+        if IMPRECISE > 0:
+            CHUNK: tl.constexpr = IMPRECISE if IMPRECISE < WIDTH else WIDTH
+            acc = tl.dot(k, tl.trans(q_hi), acc, max_num_imprecise_acc=CHUNK)
+            return tl.dot(k, tl.trans(q_lo), acc, max_num_imprecise_acc=CHUNK)
+        else:
+            acc = tl.dot(k, tl.trans(q_hi), acc)
+            return tl.dot(k, tl.trans(q_lo), acc)
+
+
+@triton.jit
 def mla_decode_kernel(
     q_ptr, stride_qt, stride_qh,
     kv_ptr, kv_stride, scale_ptr, scale_stride, fp8_scale_ptr,
@@ -50,7 +88,8 @@ def mla_decode_kernel(
     sm_scale, value_scale,
     H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, FORMAT: tl.constexpr,
     DIRECT: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_F32: tl.constexpr, RELOAD_VALUES: tl.constexpr,
-    USE_ASM: tl.constexpr, TOKENS_IN_M: tl.constexpr,
+    USE_ASM: tl.constexpr, TOKENS_IN_M: tl.constexpr, REGISTER_PREFETCH: tl.constexpr,
+    FP8_SCORES: tl.constexpr, FP8_IMPRECISE: tl.constexpr,
 ):
     """Grid: (work items, row blocks).
 
@@ -62,7 +101,12 @@ def mla_decode_kernel(
     RELOAD_VALUES: read the value columns again (see ``loaders.load_value_tile``) instead of
     reusing the decoded keys. USE_ASM: decode with packed PTX (NVIDIA) instead of portable Triton
     operations; both give the same bits. TOKENS_IN_M: compute the transposed products (tokens in
-    the matrix unit's row slot). sm_scale: softmax scale; value_scale: the factor that turns the loader's values into true
+    the matrix unit's row slot). REGISTER_PREFETCH: load the next tile's stored bits into registers
+    while this one is computed, instead of Triton's asynchronous copies through shared memory
+    (for the compressed formats that copy is one more shared-memory round trip per byte).
+    FP8_SCORES (fp8 e4m3fn caches, BLOCK_T = 64): scores on the fp8 matrix unit, S^T = K (Q_hi +
+    Q_lo)^T with the keys read as stored (no conversion) and the query split into two e4m3 terms;
+    only the values are converted. FP8_IMPRECISE: see ``scores_fp8``. sm_scale: softmax scale; value_scale: the factor that turns the loader's values into true
     values (times the fp8 tensor scale read from ``fp8_scale_ptr`` for fp8).
     """
     F16_OPERANDS: tl.constexpr = (FORMAT == FMT_FP8) or (FORMAT == FMT_FP8_FNUZ)
@@ -91,7 +135,14 @@ def mla_decode_kernel(
     q_nope_b = load_query_piece(q_rows, row_ok, False, True, FORMAT, NOPE_HALF)
     q_rope_a = load_query_piece(q_rows, row_ok, True, False, FORMAT, ROPE_HALF)
     q_rope_b = load_query_piece(q_rows, row_ok, True, True, FORMAT, ROPE_HALF)
-    if F16_OPERANDS:
+    if FP8_SCORES:
+        q8_mult = query_row_multiplier_fp8(q_nope_a, q_nope_b, q_rope_a, q_rope_b)
+        q8_nope_a_hi, q8_nope_a_lo = split_fp8(q_nope_a, q8_mult)
+        q8_nope_b_hi, q8_nope_b_lo = split_fp8(q_nope_b, q8_mult)
+        q8_rope_a_hi, q8_rope_a_lo = split_fp8(q_rope_a, q8_mult)
+        q8_rope_b_hi, q8_rope_b_lo = split_fp8(q_rope_b, q8_mult)
+        row_qk_scale = qk_scale / q8_mult
+    elif F16_OPERANDS:
         # fp8 keys and values convert to f16 exactly in one instruction per pair (bf16 would need
         # bit moves), so the query joins them in f16, scaled per row by a power of two that puts
         # its largest value in [2**14, 2**15): no overflow, and more significant bits than bf16.
@@ -128,11 +179,32 @@ def mla_decode_kernel(
     else:
         acc_a = tl.zeros((BLOCK_R, NOPE_HALF), tl.float32)
         acc_b = tl.zeros((BLOCK_R, NOPE_HALF), tl.float32)
+    if REGISTER_PREFETCH:
+        pos = t_begin + tl.arange(0, BLOCK_T)
+        raw_a, raw_b, raw_c, raw_d = load_raw_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, kv_start + pos,
+                                                   pos < t_end, FORMAT)
     for t0 in range(t_begin, t_end, BLOCK_T):
         pos = t0 + tl.arange(0, BLOCK_T)
         tok_ok = pos < t_end
-        k_nope_a, k_nope_b, k_rope_a, k_rope_b = load_key_tile(
-            kv_ptr, kv_stride, scale_ptr, scale_stride, kv_start + pos, tok_ok, FORMAT, USE_ASM)
+        if FP8_SCORES:
+            raw_a, raw_b, raw_c, raw_d = load_raw_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, kv_start + pos,
+                                                       tok_ok, FORMAT)
+            scores_t = scores_fp8(raw_a, q8_nope_a_hi, q8_nope_a_lo, tl.zeros((BLOCK_T, BLOCK_R), tl.float32), DOT_F32,
+                                  FP8_IMPRECISE)
+            scores_t = scores_fp8(raw_b, q8_nope_b_hi, q8_nope_b_lo, scores_t, DOT_F32, FP8_IMPRECISE)
+            scores_t = scores_fp8(raw_c, q8_rope_a_hi, q8_rope_a_lo, scores_t, DOT_F32, FP8_IMPRECISE)
+            scores_t = scores_fp8(raw_d, q8_rope_b_hi, q8_rope_b_lo, scores_t, DOT_F32, FP8_IMPRECISE)
+            # The values are the same bytes (read once), converted for the f16 product.
+            k_nope_a, k_nope_b = decode_span(raw_a, raw_b, FORMAT, USE_ASM)
+        elif REGISTER_PREFETCH:
+            next_pos = pos + BLOCK_T
+            next_a, next_b, next_c, next_d = load_raw_tile(kv_ptr, kv_stride, scale_ptr, scale_stride,
+                                                           kv_start + next_pos, next_pos < t_end, FORMAT)
+            k_nope_a, k_nope_b, k_rope_a, k_rope_b = decode_tile(raw_a, raw_b, raw_c, raw_d, FORMAT, USE_ASM)
+            raw_a, raw_b, raw_c, raw_d = next_a, next_b, next_c, next_d
+        else:
+            k_nope_a, k_nope_b, k_rope_a, k_rope_b = load_key_tile(
+                kv_ptr, kv_stride, scale_ptr, scale_stride, kv_start + pos, tok_ok, FORMAT, USE_ASM)
         if TOKENS_IN_M:
             scores = _dot(k_nope_a, tl.trans(q_nope_a), DOT_F32)
             scores += _dot(k_nope_b, tl.trans(q_nope_b), DOT_F32)
@@ -142,10 +214,13 @@ def mla_decode_kernel(
             scores = tl.where(visible, scores * row_qk_scale[None, :], float("-inf"))
             p, alpha, m, l = online_softmax_step(scores, m, l, 0)
         else:
-            scores = _dot(q_nope_a, tl.trans(k_nope_a), DOT_F32)
-            scores += _dot(q_nope_b, tl.trans(k_nope_b), DOT_F32)
-            scores += _dot(q_rope_a, tl.trans(k_rope_a), DOT_F32)
-            scores += _dot(q_rope_b, tl.trans(k_rope_b), DOT_F32)
+            if FP8_SCORES:
+                scores = tl.trans(scores_t)
+            else:
+                scores = _dot(q_nope_a, tl.trans(k_nope_a), DOT_F32)
+                scores += _dot(q_nope_b, tl.trans(k_nope_b), DOT_F32)
+                scores += _dot(q_rope_a, tl.trans(k_rope_a), DOT_F32)
+                scores += _dot(q_rope_b, tl.trans(k_rope_b), DOT_F32)
             visible = tok_ok[None, :] & (pos[None, :] <= last_visible[:, None])
             scores = tl.where(visible, scores * row_qk_scale[:, None], float("-inf"))
             p, alpha, m, l = online_softmax_step(scores, m, l, 1)

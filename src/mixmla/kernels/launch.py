@@ -31,9 +31,11 @@ def cache_arguments(cache: KVCache):
     if isinstance(cache, Bf16Cache):
         return FMT_BF16, cache.data, cache.data.stride(0), cache.data, 0, cache.data, 1.0
     if isinstance(cache, Fp8Cache):
-        data = cache.data.view(torch.uint8)
         if cache.is_fnuz:
+            data = cache.data.view(torch.uint8)
             return FMT_FP8_FNUZ, data, data.stride(0), data, 0, cache.scale, 1.0
+        # As float8_e4m3fn, so that the fp8 matrix unit can read the keys straight from the copy.
+        data = cache.data.view(torch.float8_e4m3fn)
         return FMT_FP8, data, data.stride(0), data, 0, cache.scale, 1.0
     if isinstance(cache, Mxfp4Cache):
         return FMT_MXFP4, cache.data, cache.data.stride(0), cache.scales, cache.scales.stride(0), cache.data, 1.0
@@ -80,7 +82,8 @@ def launch_decode(
         sm_scale, value_scale,
         H=num_heads, BLOCK_R=schedule.block_r, BLOCK_T=config.block_t, FORMAT=fmt,
         DIRECT=schedule.direct, WRITE_LSE=write_lse, DOT_F32=dot_f32, RELOAD_VALUES=config.reload_values,
-        USE_ASM=not dot_f32, TOKENS_IN_M=config.tokens_in_m,
+        USE_ASM=not dot_f32, TOKENS_IN_M=config.tokens_in_m, REGISTER_PREFETCH=config.register_prefetch,
+        FP8_SCORES=config.fp8_scores and fmt == int(FMT_FP8.value) and not config.tokens_in_m, FP8_IMPRECISE=config.fp8_imprecise,
         num_warps=config.num_warps, num_stages=config.num_stages,
         **({"maxnreg": config.max_registers} if config.max_registers and not dot_f32 else {}),
     )

@@ -70,11 +70,15 @@ cvt.rn.f16x2.e4m3x2 $1, hi;
 
 @triton.jit
 def _fp8_to_f16(x, USE_ASM: tl.constexpr):
-    """f16 values of e4m3fn bytes ``x`` (uint8), exact."""
+    """f16 values of e4m3fn ``x`` (float8e4nv, or its bits as uint8), exact."""
     if USE_ASM:
+        if x.dtype == tl.float8e4nv:
+            x = x.to(tl.uint8, bitcast=True)
         return tl.inline_asm_elementwise(_FP8_ASM, "=r,=r,r", [x], dtype=tl.float16, is_pure=False, pack=4)
     else:
-        return x.to(tl.float8e4nv, bitcast=True).to(tl.float32).to(tl.float16)
+        if x.dtype != tl.float8e4nv:
+            x = x.to(tl.float8e4nv, bitcast=True)
+        return x.to(tl.float32).to(tl.float16)
 
 
 @triton.jit
@@ -179,14 +183,10 @@ def _per_byte(block_values, WIDTH: tl.constexpr):
 
 
 @triton.jit
-def _load_mxfp4_piece(row_ptr, srow_ptr, byte0, scale0, WIDTH: tl.constexpr, mask, EVICT: tl.constexpr,
-                      USE_ASM: tl.constexpr):
-    """Decode WIDTH packed bytes (2*WIDTH values) into (even values, odd values), each (T, WIDTH)
-    bf16."""
-    packed = _load_plain(row_ptr, byte0, WIDTH, mask, 0, EVICT)
-    NBLK: tl.constexpr = WIDTH // 16
-    # Masked rows get the neutral byte 127 so they decode to zeros, not NaN (0 * NaN would poison P @ V).
-    scale_bytes = _load_plain(srow_ptr, scale0, NBLK, mask, 127, EVICT)  # (T, NBLK)
+def _decode_mxfp4(packed, scale_bytes, USE_ASM: tl.constexpr):
+    """(even values, odd values), each (T, WIDTH) bf16, of WIDTH packed bytes per row and their
+    (T, WIDTH // 16) E8M0 scale bytes."""
+    WIDTH: tl.constexpr = packed.shape[1]
     if USE_ASM:
         even, odd = tl.inline_asm_elementwise(_MXFP4_ASM, "=r,=r,=r,=r,r,r", [packed, _per_byte(scale_bytes, WIDTH)],
                                               dtype=(tl.bfloat16, tl.bfloat16), is_pure=False, pack=4)
@@ -198,41 +198,68 @@ def _load_mxfp4_piece(row_ptr, srow_ptr, byte0, scale0, WIDTH: tl.constexpr, mas
 
 
 @triton.jit
-def _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, BYTE0: tl.constexpr,
-               WIDTH: tl.constexpr, FORMAT: tl.constexpr, EVICT: tl.constexpr, USE_ASM: tl.constexpr):
-    """Two bf16 pieces (T, WIDTH) of the token rows: the nope span (BYTE0 = 0, WIDTH = 256) or the
-    rope span (BYTE0 = 256, WIDTH = 32); BYTE0/WIDTH count MXFP4 bytes, and half-rows otherwise."""
+def _load_span_raw(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, BYTE0: tl.constexpr,
+                   WIDTH: tl.constexpr, FORMAT: tl.constexpr, EVICT: tl.constexpr):
+    """The stored bits of the nope span (BYTE0 = 0, WIDTH = 256) or the rope span (BYTE0 = 256,
+    WIDTH = 32) of the token rows, undecoded: MXFP4 ``(packed (T, WIDTH) bytes, scale bytes
+    (T, WIDTH // 16))``, otherwise its two halves (T, WIDTH) as stored. BYTE0/WIDTH count MXFP4
+    bytes, and half-rows otherwise."""
     row_ptr = kv_ptr + tok * kv_stride
     if FORMAT == FMT_MXFP4:
-        srow_ptr = scale_ptr + tok * scale_stride
-        piece_a, piece_b = _load_mxfp4_piece(row_ptr, srow_ptr, BYTE0, BYTE0 // 16, WIDTH, tok_mask, EVICT, USE_ASM)
+        packed = _load_plain(row_ptr, BYTE0, WIDTH, tok_mask, 0, EVICT)
+        # Masked rows get the neutral byte 127 so they decode to zeros, not NaN (0 * NaN would poison P @ V).
+        scale_bytes = _load_plain(scale_ptr + tok * scale_stride, BYTE0 // 16, WIDTH // 16, tok_mask, 127, EVICT)
+        return packed, scale_bytes
     else:
-        piece_a = _load_plain(row_ptr, 2 * BYTE0, WIDTH, tok_mask, 0, EVICT)
-        piece_b = _load_plain(row_ptr, 2 * BYTE0 + WIDTH, WIDTH, tok_mask, 0, EVICT)
-        if FORMAT == FMT_FP8:
-            piece_a = _fp8_to_f16(piece_a, USE_ASM)
-            piece_b = _fp8_to_f16(piece_b, USE_ASM)
-        elif FORMAT == FMT_FP8_FNUZ:
-            piece_a = _fp8_fnuz_to_f16(piece_a)
-            piece_b = _fp8_fnuz_to_f16(piece_b)
-    return piece_a, piece_b
+        half_a = _load_plain(row_ptr, 2 * BYTE0, WIDTH, tok_mask, 0.0, EVICT)
+        half_b = _load_plain(row_ptr, 2 * BYTE0 + WIDTH, WIDTH, tok_mask, 0.0, EVICT)
+        return half_a, half_b
+
+
+@triton.jit
+def decode_span(raw_a, raw_b, FORMAT: tl.constexpr, USE_ASM: tl.constexpr):
+    """The two pieces (T, WIDTH) of a span from ``_load_span_raw``'s result (for the nope span of
+    ``load_raw_tile``: the values)."""
+    if FORMAT == FMT_MXFP4:
+        return _decode_mxfp4(raw_a, raw_b, USE_ASM)
+    elif FORMAT == FMT_FP8:
+        return _fp8_to_f16(raw_a, USE_ASM), _fp8_to_f16(raw_b, USE_ASM)
+    elif FORMAT == FMT_FP8_FNUZ:
+        return _fp8_fnuz_to_f16(raw_a), _fp8_fnuz_to_f16(raw_b)
+    else:
+        return raw_a, raw_b
+
+
+@triton.jit
+def load_raw_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr):
+    """The stored bits of cached tokens ``tok`` (T,) int64 rows, masked by ``tok_mask`` (T,), as
+    four tensors for ``decode_tile`` (nope span, then rope span; see ``_load_span_raw``).
+
+    kv_ptr: bf16 elements (bf16), bytes (fp8 e4m3fn bits, MXFP4 packed codes); kv_stride: row
+    stride in those units. scale_ptr/scale_stride: MXFP4 E8M0 bytes and their row stride (unused
+    otherwise). Masked rows decode to zeros.
+    """
+    nope_x, nope_y = _load_span_raw(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, 0, NOPE_HALF, FORMAT,
+                                    "")
+    rope_x, rope_y = _load_span_raw(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, NOPE_HALF, ROPE_HALF,
+                                    FORMAT, "")
+    return nope_x, nope_y, rope_x, rope_y
+
+
+@triton.jit
+def decode_tile(nope_x, nope_y, rope_x, rope_y, FORMAT: tl.constexpr, USE_ASM: tl.constexpr):
+    """``(nope_a, nope_b, rope_a, rope_b)`` (see the module doc) of ``load_raw_tile``'s result."""
+    nope_a, nope_b = decode_span(nope_x, nope_y, FORMAT, USE_ASM)
+    rope_a, rope_b = decode_span(rope_x, rope_y, FORMAT, USE_ASM)
+    return nope_a, nope_b, rope_a, rope_b
 
 
 @triton.jit
 def load_key_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr,
                   USE_ASM: tl.constexpr):
-    """Load and decode cached tokens ``tok`` (T,) int64 rows, masked by ``tok_mask`` (T,), as keys.
-
-    kv_ptr: bf16 elements (bf16), bytes (fp8 e4m3fn bits, MXFP4 packed codes); kv_stride: row
-    stride in those units. scale_ptr/scale_stride: MXFP4 E8M0 bytes and their row stride (unused
-    otherwise). Returns ``(nope_a, nope_b, rope_a, rope_b)`` bf16 as described in the module doc.
-    Masked rows are zeros.
-    """
-    nope_a, nope_b = _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, 0, NOPE_HALF, FORMAT, "",
-                                USE_ASM)
-    rope_a, rope_b = _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, NOPE_HALF, ROPE_HALF,
-                                FORMAT, "", USE_ASM)
-    return nope_a, nope_b, rope_a, rope_b
+    """Load and decode cached tokens as keys: ``decode_tile(load_raw_tile(...))``."""
+    nope_x, nope_y, rope_x, rope_y = load_raw_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT)
+    return decode_tile(nope_x, nope_y, rope_x, rope_y, FORMAT, USE_ASM)
 
 
 @triton.jit
@@ -245,8 +272,8 @@ def load_value_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, F
     copies into shared memory), one that feeds two is not, and the second read hits L2.
     """
     # The second read is the last use: evict_first also keeps the compiler from merging it with the first.
-    return _load_span(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, 0, NOPE_HALF, FORMAT, "evict_first",
-                      USE_ASM)
+    x, y = _load_span_raw(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, 0, NOPE_HALF, FORMAT, "evict_first")
+    return decode_span(x, y, FORMAT, USE_ASM)
 
 
 @triton.jit
