@@ -68,6 +68,12 @@ def test_default_config_fits_64_row_programs(fmt):
     assert dataclasses.replace(wide, num_stages=DEFAULT_CONFIGS[fmt].num_stages) == DEFAULT_CONFIGS[fmt]
 
 
+def test_fp8_scores_only_where_the_device_has_fp8_matrix_instructions():
+    assert default_config("fp8").fp8_scores
+    assert not default_config("fp8", fp8_matrix_unit=False).fp8_scores
+    assert default_config("fp8", fp8_matrix_unit=False).block_t == DEFAULT_CONFIGS["fp8"].block_t
+
+
 def test_plan_uses_the_fitted_default_and_keeps_an_explicit_config():
     kv_indptr = torch.tensor([0, 10], dtype=torch.int32, device=DEVICE)
     qo_indptr = torch.tensor([0, 4], dtype=torch.int32, device=DEVICE)

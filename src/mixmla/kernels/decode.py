@@ -50,12 +50,26 @@ def query_row_multiplier_fp8(a, b, c, d):
 
 
 @triton.jit
-def split_fp8(x, mult):
-    """``x * mult`` (R, W) as two e4m3 terms ``(hi, lo)`` whose sum keeps about as many significant
-    bits as bf16 (hi has 4, lo the next 4)."""
+def _round_to_4_bits(x):
+    # Veltkamp splitting: x rounded to 4 significant bits (e4m3's precision), exact float32 steps.
+    c = x * 1048577.0  # 2**20 + 1
+    return c - (c - x)
+
+
+@triton.jit
+def split_fp8(x, mult, DOT_F32: tl.constexpr):
+    """``x * mult`` (R, W) as two e4m3 terms ``(hi, lo)``: hi has e4m3's 4 significant bits, lo the
+    next 4, so a bf16 x (8 bits) is represented exactly unless lo falls below e4m3's normal range
+    (elements under 2**-10 of the row's largest: negligible in the scores). DOT_F32 (the
+    interpreter, whose float32 -> e4m3 conversion in Triton 3.6 rounds ties away from zero and
+    misrounds near the subnormal range): the same split in float32, by exact arithmetic."""
     scaled = x.to(tl.float32) * mult[:, None]
-    hi = scaled.to(tl.float8e4nv)
-    return hi, (scaled - hi.to(tl.float32)).to(tl.float8e4nv)
+    if DOT_F32:
+        hi = _round_to_4_bits(scaled)
+        return hi, _round_to_4_bits(scaled - hi)
+    else:
+        hi = scaled.to(tl.float8e4nv)
+        return hi, (scaled - hi.to(tl.float32)).to(tl.float8e4nv)
 
 
 @triton.jit
@@ -137,10 +151,10 @@ def mla_decode_kernel(
     q_rope_b = load_query_piece(q_rows, row_ok, True, True, FORMAT, ROPE_HALF)
     if FP8_SCORES:
         q8_mult = query_row_multiplier_fp8(q_nope_a, q_nope_b, q_rope_a, q_rope_b)
-        q8_nope_a_hi, q8_nope_a_lo = split_fp8(q_nope_a, q8_mult)
-        q8_nope_b_hi, q8_nope_b_lo = split_fp8(q_nope_b, q8_mult)
-        q8_rope_a_hi, q8_rope_a_lo = split_fp8(q_rope_a, q8_mult)
-        q8_rope_b_hi, q8_rope_b_lo = split_fp8(q_rope_b, q8_mult)
+        q8_nope_a_hi, q8_nope_a_lo = split_fp8(q_nope_a, q8_mult, DOT_F32)
+        q8_nope_b_hi, q8_nope_b_lo = split_fp8(q_nope_b, q8_mult, DOT_F32)
+        q8_rope_a_hi, q8_rope_a_lo = split_fp8(q_rope_a, q8_mult, DOT_F32)
+        q8_rope_b_hi, q8_rope_b_lo = split_fp8(q_rope_b, q8_mult, DOT_F32)
         row_qk_scale = qk_scale / q8_mult
     elif F16_OPERANDS:
         # fp8 keys and values convert to f16 exactly in one instruction per pair (bf16 would need
