@@ -23,10 +23,10 @@ FORMATS = ("bf16", "fp8", "mxfp4")
 
 VARIANTS = {
     "default": {},
-    "tokens_in_m": dict(tokens_in_m=True),
-    "reload_values": dict(reload_values=True),
+    "tokens_in_m": dict(tokens_in_m=True, num_stages=2),
+    "reload_values": dict(reload_values=True, block_t=32, num_stages=2),
     "register_prefetch": dict(register_prefetch=True, num_stages=1),
-    "fp8_scores": dict(fp8_scores=True),
+    "fp8_scores": dict(fp8_scores=True),  # an opt-in: see docs/PERF.md for its error
     "fp8_scores_imprecise_32": dict(fp8_scores=True, fp8_imprecise=32),
     "block_t_32": dict(block_t=32, num_stages=2),
     "max_registers_168": dict(block_t=32, num_stages=2, max_registers=168),
@@ -66,12 +66,6 @@ def test_default_config_fits_64_row_programs(fmt):
     wide = default_config(fmt, 4 * 128)
     assert wide.num_stages <= 2
     assert dataclasses.replace(wide, num_stages=DEFAULT_CONFIGS[fmt].num_stages) == DEFAULT_CONFIGS[fmt]
-
-
-def test_fp8_scores_only_where_the_device_has_fp8_matrix_instructions():
-    assert default_config("fp8").fp8_scores
-    assert not default_config("fp8", fp8_matrix_unit=False).fp8_scores
-    assert default_config("fp8", fp8_matrix_unit=False).block_t == DEFAULT_CONFIGS["fp8"].block_t
 
 
 def test_plan_uses_the_fitted_default_and_keeps_an_explicit_config():

@@ -48,11 +48,12 @@ class KernelConfig:
 #: Defaults per format, the fastest in the H200 sweeps recorded in docs/PERF.md
 #: (bench/results/2026-11-30-*/sweep*.jsonl). items_per_sm matches how many programs of that shape
 #: fit on an SM at once (shared memory: bf16 and fp8 168 and 164 KB, so one; MXFP4 111 KB, two):
-#: more work items than resident slots only adds a partial result to merge. fp8 computes its
-#: scores on the fp8 matrix unit where the device has one (``default_config``).
+#: more work items than resident slots only adds a partial result to merge. fp8_scores is faster
+#: for fp8 (658 vs 704 us at 256 x 8192) but not the default: the fp8 matrix unit's reduced-precision
+#: accumulation misses the log-sum-exp tolerance on large logits (docs/PERF.md).
 DEFAULT_CONFIGS = {
     "bf16": KernelConfig(block_t=64, num_warps=4, num_stages=3, items_per_sm=1.0),
-    "fp8": KernelConfig(block_t=64, num_warps=4, num_stages=3, items_per_sm=1.0, fp8_scores=True),
+    "fp8": KernelConfig(block_t=64, num_warps=4, num_stages=3, items_per_sm=1.0),
     "mxfp4": KernelConfig(block_t=64, num_warps=4, num_stages=2, items_per_sm=2.0),
 }
 
@@ -63,13 +64,10 @@ def block_rows(rows_max: int) -> int:
     return min(MAX_BLOCK_R, max(MIN_BLOCK_R, _next_pow2(rows_max)))
 
 
-def default_config(fmt: str, rows_max: int = MIN_BLOCK_R, fp8_matrix_unit: bool = True) -> KernelConfig:
+def default_config(fmt: str, rows_max: int = MIN_BLOCK_R) -> KernelConfig:
     """``DEFAULT_CONFIGS[fmt]``, with fewer pipeline stages where 64-row programs (H >= 64, or
-    Lq * H >= 64) would not fit the shared memory of an SM (bf16: 288 KB at 3 stages), and without
-    fp8 scores where the device has no fp8 matrix instructions (``fp8_matrix_unit`` False)."""
+    Lq * H >= 64) would not fit the shared memory of an SM (bf16: 288 KB at 3 stages)."""
     config = DEFAULT_CONFIGS[fmt]
-    if config.fp8_scores and not fp8_matrix_unit:
-        config = replace(config, fp8_scores=False)
     if block_rows(rows_max) >= MAX_BLOCK_R and config.num_stages > 2:
         config = replace(config, num_stages=2)
     return config
@@ -135,15 +133,6 @@ def make_schedule(kv_lens, q_lens, num_heads: int, num_sms: int, config: KernelC
     work_nsplit = nsplit[work_req].astype(np.int32)
     return Schedule(work_req, work_split, work_nsplit, split_indptr, rows_max, block_r, row_blocks,
                     direct=bool((nsplit == 1).all()))
-
-
-def has_fp8_matrix_unit(device: torch.device) -> bool:
-    """Whether Triton can run e4m3 x e4m3 products on the device's matrix unit: NVIDIA compute
-    capability 9.0 or newer (Hopper's wgmma), and the CPU interpreter (which computes them in
-    float32)."""
-    if device.type != "cuda":
-        return True
-    return torch.version.hip is None and torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def device_sm_count(device: torch.device) -> int:
