@@ -29,24 +29,27 @@ def _dot(a, b, DOT_F32: tl.constexpr):
 
 
 @triton.jit
-def query_row_multiplier(a, b, c, d):
-    """Per row of the four query pieces (R, *): the power of two ``2**(141 - E)``, E the float32
-    exponent field of the row's largest magnitude (at least 15, so the multiplier is finite), which
-    scales that magnitude into [2**14, 2**15). float32 (R,)."""
+def _row_max_exponent(a, b, c, d, LOWEST: tl.constexpr):
+    """Per row of the four query pieces (R, *): the float32 exponent field of the row's largest
+    magnitude, at least LOWEST. int32 (R,)."""
     amax = tl.maximum(tl.maximum(tl.max(tl.abs(a.to(tl.float32)), axis=1), tl.max(tl.abs(b.to(tl.float32)), axis=1)),
                       tl.maximum(tl.max(tl.abs(c.to(tl.float32)), axis=1), tl.max(tl.abs(d.to(tl.float32)), axis=1)))
-    exp_field = tl.maximum((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF, 15)
-    return ((268 - exp_field) << 23).to(tl.float32, bitcast=True)
+    return tl.maximum((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF, LOWEST)
+
+
+@triton.jit
+def query_row_multiplier(a, b, c, d):
+    """Per row of the four query pieces: ``2**(141 - E)`` (E from ``_row_max_exponent``, at least 15
+    so the multiplier is finite), which scales the row's largest magnitude into [2**14, 2**15), the
+    top of f16's range. float32 (R,)."""
+    return ((268 - _row_max_exponent(a, b, c, d, 15)) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def query_row_multiplier_fp8(a, b, c, d):
-    """Like ``query_row_multiplier`` but ``2**(134 - E)``, which scales the row's largest
-    magnitude into [2**7, 2**8), inside e4m3's range (448). float32 (R,)."""
-    amax = tl.maximum(tl.maximum(tl.max(tl.abs(a.to(tl.float32)), axis=1), tl.max(tl.abs(b.to(tl.float32)), axis=1)),
-                      tl.maximum(tl.max(tl.abs(c.to(tl.float32)), axis=1), tl.max(tl.abs(d.to(tl.float32)), axis=1)))
-    exp_field = tl.maximum((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF, 8)
-    return ((261 - exp_field) << 23).to(tl.float32, bitcast=True)
+    """Like ``query_row_multiplier`` but ``2**(134 - E)``: the largest magnitude lands in
+    [2**7, 2**8), inside e4m3's range (448). float32 (R,)."""
+    return ((261 - _row_max_exponent(a, b, c, d, 8)) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit

@@ -129,6 +129,25 @@ def _mx_decode(codes, base):
 # scales 1..252: the products are E2M1 values times a power of two, subnormal ones included.
 # Scale 0 (2**-127, for blocks whose values are all below 2**-125) decodes as zeros, and 255 (NaN)
 # as infinities, and NaN where the code is zero.
+# One half of the decode: the code bytes selected by PAIR (a byte-permute selector, "0x4140" for
+# bytes 0 and 1, "0x4342" for bytes 2 and 3) become even values EVEN and odd values ODD (bf16x2).
+_MXFP4_HALF = """
+prmt.b32 hi, ht0, ht1, sel;
+prmt.b32 lo, lt0, lt1, sel;
+prmt.b32 x, $4, zero, PAIR;
+prmt.b32 m, $5, zero, PAIR;
+shl.b32 m, m, 7;
+prmt.b32 v, lo, hi, 0x6240;
+shl.b32 s, x, 12;
+and.b32 s, s, 0x80008000;
+or.b32 v, v, s;
+fma.rn.bf16x2 EVEN, v, m, nz;
+prmt.b32 v, lo, hi, 0x7351;
+shl.b32 s, x, 8;
+and.b32 s, s, 0x80008000;
+or.b32 v, v, s;
+fma.rn.bf16x2 ODD, v, m, nz;
+"""
 _MXFP4_ASM = tl.constexpr("""
 {
 .reg .b32 sel, hi, lo, x, s, v, m, ht0, ht1, lt0, lt1, zero, nz;
@@ -138,38 +157,8 @@ mov.b32 lt0, 0xC0800000;
 mov.b32 lt1, 0xC0804000;
 mov.b32 zero, 0;
 mov.b32 nz, 0x80008000;
-and.b32 sel, $4, 0x77777777;
-prmt.b32 hi, ht0, ht1, sel;
-prmt.b32 lo, lt0, lt1, sel;
-prmt.b32 x, $4, zero, 0x4140;
-prmt.b32 m, $5, zero, 0x4140;
-shl.b32 m, m, 7;
-prmt.b32 v, lo, hi, 0x6240;
-shl.b32 s, x, 12;
-and.b32 s, s, 0x80008000;
-or.b32 v, v, s;
-fma.rn.bf16x2 $0, v, m, nz;
-prmt.b32 v, lo, hi, 0x7351;
-shl.b32 s, x, 8;
-and.b32 s, s, 0x80008000;
-or.b32 v, v, s;
-fma.rn.bf16x2 $2, v, m, nz;
-shr.b32 sel, sel, 16;
-prmt.b32 hi, ht0, ht1, sel;
-prmt.b32 lo, lt0, lt1, sel;
-prmt.b32 x, $4, zero, 0x4342;
-prmt.b32 m, $5, zero, 0x4342;
-shl.b32 m, m, 7;
-prmt.b32 v, lo, hi, 0x6240;
-shl.b32 s, x, 12;
-and.b32 s, s, 0x80008000;
-or.b32 v, v, s;
-fma.rn.bf16x2 $1, v, m, nz;
-prmt.b32 v, lo, hi, 0x7351;
-shl.b32 s, x, 8;
-and.b32 s, s, 0x80008000;
-or.b32 v, v, s;
-fma.rn.bf16x2 $3, v, m, nz;
+and.b32 sel, $4, 0x77777777;""" + _MXFP4_HALF.replace("PAIR", "0x4140").replace("EVEN", "$0").replace("ODD", "$2") + """
+shr.b32 sel, sel, 16;""" + _MXFP4_HALF.replace("PAIR", "0x4342").replace("EVEN", "$1").replace("ODD", "$3") + """
 }
 """)
 
