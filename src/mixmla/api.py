@@ -16,7 +16,7 @@ from . import validate
 from .formats import FORMATS, VALUE_DIM, as_cache
 from .graphs import GraphCache, tensor_signature
 from .kernels.launch import interpreter_active, launch_decode
-from .plan import KernelConfig, Schedule, default_config, device_sm_count, make_schedule
+from .plan import KernelConfig, Schedule, default_config, device_sm_count, make_schedule, rows_per_request
 
 
 def _check_can_launch(device: torch.device) -> None:
@@ -62,7 +62,7 @@ class DecodePlan:
         self.total_q = qo_ptr[-1]
         kv_host = np.asarray(kv_ptr, dtype=np.int64)
         qo_host = np.asarray(qo_ptr, dtype=np.int64)
-        self.config = config or default_config(fmt, int(np.diff(qo_host).max(initial=1)) * num_heads)
+        self.config = config or default_config(fmt, rows_per_request(np.diff(qo_host), self.num_heads))
         self.schedule: Schedule = make_schedule(np.diff(kv_host), np.diff(qo_host), self.num_heads,
                                                 device_sm_count(self.device), self.config)
         to_dev = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.int32).to(self.device)  # noqa: E731

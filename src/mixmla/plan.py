@@ -58,6 +58,11 @@ DEFAULT_CONFIGS = {
 }
 
 
+def rows_per_request(q_lens, num_heads: int) -> int:
+    """Query rows (Lq * H) of the longest request, at least H: what a program's rows must cover."""
+    return int(max(1, np.asarray(q_lens, dtype=np.int64).max(initial=1))) * num_heads
+
+
 def block_rows(rows_max: int) -> int:
     """Query rows per program for requests of at most ``rows_max`` rows (Lq * H): a power of two
     from MIN_BLOCK_R to MAX_BLOCK_R."""
@@ -121,7 +126,7 @@ def make_schedule(kv_lens, q_lens, num_heads: int, num_sms: int, config: KernelC
     """
     kv_lens = np.asarray(kv_lens, dtype=np.int64)
     q_lens = np.asarray(q_lens, dtype=np.int64)
-    rows_max = int(max(1, q_lens.max(initial=1))) * num_heads
+    rows_max = rows_per_request(q_lens, num_heads)
     block_r = block_rows(rows_max)
     row_blocks = -(-rows_max // block_r)
     target = num_sms * config.items_per_sm / row_blocks

@@ -123,8 +123,9 @@ def mla_decode_kernel(
     (for the compressed formats that copy is one more shared-memory round trip per byte).
     FP8_SCORES (fp8 e4m3fn caches, BLOCK_T = 64): scores on the fp8 matrix unit, S^T = K (Q_hi +
     Q_lo)^T with the keys read as stored (no conversion) and the query split into two e4m3 terms;
-    only the values are converted. FP8_IMPRECISE: see ``scores_fp8``. sm_scale: softmax scale; value_scale: the factor that turns the loader's values into true
-    values (times the fp8 tensor scale read from ``fp8_scale_ptr`` for fp8).
+    only the values are converted. FP8_IMPRECISE: see ``scores_fp8``. sm_scale: softmax scale;
+    value_scale: the factor that turns the loader's values into true values (times the fp8 tensor
+    scale read from ``fp8_scale_ptr`` for fp8).
     """
     F16_OPERANDS: tl.constexpr = (FORMAT == FMT_FP8) or (FORMAT == FMT_FP8_FNUZ)
     work = tl.program_id(0)

@@ -71,6 +71,8 @@ def launch_decode(
     lse_arg = lse if write_lse else out
     lse_stride = lse.stride(0) if write_lse else 0
     dot_f32 = interpreter_active()
+    # fp8 scores replace the key loads of the other variants; they exist for e4m3fn caches only.
+    fp8_scores = config.fp8_scores and fmt == int(FMT_FP8.value) and not config.tokens_in_m
     grid = (schedule.num_work, schedule.row_blocks)
     mla_decode_kernel[grid](
         q, q.stride(0), q.stride(1),
@@ -82,8 +84,9 @@ def launch_decode(
         sm_scale, value_scale,
         H=num_heads, BLOCK_R=schedule.block_r, BLOCK_T=config.block_t, FORMAT=fmt,
         DIRECT=schedule.direct, WRITE_LSE=write_lse, DOT_F32=dot_f32, RELOAD_VALUES=config.reload_values,
-        USE_ASM=not dot_f32, TOKENS_IN_M=config.tokens_in_m, REGISTER_PREFETCH=config.register_prefetch,
-        FP8_SCORES=config.fp8_scores and fmt == int(FMT_FP8.value) and not config.tokens_in_m, FP8_IMPRECISE=config.fp8_imprecise,
+        USE_ASM=not dot_f32, TOKENS_IN_M=config.tokens_in_m,
+        REGISTER_PREFETCH=config.register_prefetch and not fp8_scores,
+        FP8_SCORES=fp8_scores, FP8_IMPRECISE=config.fp8_imprecise,
         num_warps=config.num_warps, num_stages=config.num_stages,
         **({"maxnreg": config.max_registers} if config.max_registers and not dot_f32 else {}),
     )

@@ -1,8 +1,8 @@
 """Tile loaders, one per cache format, all with the same shape of result.
 
 A cached token is 576 values. Triton tiles must be powers of two, so every loader splits a token
-into four pieces (bf16, or f16 for fp8 caches), returned as ``(nope_a, nope_b, rope_a, rope_b)`` of shapes
-(T, 256), (T, 256), (T, 32), (T, 32). ``column_map`` says which of the 576 values each piece
+into four pieces (bf16, or f16 for fp8 caches), returned as ``(nope_a, nope_b, rope_a, rope_b)``
+of shapes (T, 256), (T, 256), (T, 32), (T, 32). ``column_map`` says which of the 576 values each piece
 holds, so that the query is loaded and the output stored with the same columns:
 
 - bf16 and fp8 ("halves"): nope_a = values 0..255, nope_b = 256..511, rope_a = 512..543,
@@ -254,11 +254,12 @@ def load_key_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FOR
 @triton.jit
 def load_value_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr,
                     USE_ASM: tl.constexpr):
-    """The value columns (first 512) of the same tokens: ``(nope_a, nope_b)`` bf16 (T, 256) each.
+    """The value columns (first 512) of the same tokens, read a second time (the
+    ``reload_values`` option): ``(nope_a, nope_b)`` (T, 256) each, as ``decode_tile`` gives them.
 
-    Compressed formats are loaded a second time for their values rather than kept from the key
-    load: a load that feeds a single matrix product is software-pipelined by Triton (asynchronous
-    copies into shared memory), one that feeds two is not, and the second read hits L2.
+    It made the first kernels' loads pipelined (Triton then streamed a load that fed one matrix
+    product, not one that fed two; the second read hits L2). Since the decode is kept before
+    shared memory (module doc) one read serves both products, and the default reads once.
     """
     # The second read is the last use: evict_first also keeps the compiler from merging it with the first.
     x, y = _load_span_raw(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, 0, NOPE_HALF, FORMAT, "evict_first")
