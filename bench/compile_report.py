@@ -2,10 +2,15 @@
 resources: registers, spills, shared memory. Catches compile errors before device time is spent.
 
 ``PYTHONPATH=src python3 bench/compile_report.py [--fmt fp8] [--block-t 32] [--warps 4] [--stages 2]
-[--reload] [--direct] [--dump DIR]``
+[--reload] [--split] [--heads 16] [--loop] [--dump DIR]`` (``--help`` lists the variant flags).
+
+``--loop`` also prints the main loop's SASS: instructions per iteration (per warp) and the most
+frequent opcodes, which is how the design log's instruction counts were taken. ``--heads 128``
+compiles the 64-row program (shared memory of the wide-head case).
 """
 
 import argparse
+import collections
 import os
 
 # Compile for real even on a machine without a GPU (mixmla would pick the interpreter there).
@@ -63,6 +68,34 @@ def resource_usage(kernel) -> str:
     return f"regs={m[1]} stack={m[2]} local={m[4]}" if m else text.strip()
 
 
+def sass_text(kernel) -> str:
+    """The kernel's SASS, disassembled with the cuobjdump that ships with Triton."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        return subprocess.run([tool, "--dump-sass", f.name], capture_output=True, text=True).stdout
+
+
+def loop_profile(sass: str):
+    """``(instructions, Counter of opcodes)`` of the longest backward branch's body in ``sass``:
+    the token loop of the decode kernel. (0, empty) if there is no loop."""
+    lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass)
+    best = None
+    for address, text in lines:
+        m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
+        if m and int(m[1], 16) < int(address, 16):
+            span = (int(m[1], 16), int(address, 16))
+            if best is None or span[1] - span[0] > best[1] - best[0]:
+                best = span
+    ops = collections.Counter()
+    for address, text in lines:
+        if best and best[0] <= int(address, 16) <= best[1]:
+            op = re.sub(r"^@!?U?P\w+\s+", "", text.strip()).split()[0]
+            ops[op.split(".")[0]] += 1
+    return sum(ops.values()), ops
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fmt", default="bf16,fp8,mxfp4")
@@ -72,6 +105,8 @@ def main():
     ap.add_argument("--reload", action="store_true")
     ap.add_argument("--split", action="store_true", help="the partial-output variant instead of direct")
     ap.add_argument("--dump", default=None)
+    ap.add_argument("--loop", action="store_true", help="print the token loop's SASS instruction counts")
+    ap.add_argument("--heads", type=int, default=16, help="query heads (16 rows per program up to 16, 64 from 64)")
     ap.add_argument("--prefetch", action="store_true", help="register prefetch instead of asynchronous copies")
     ap.add_argument("--fp8-scores", action="store_true", help="fp8 matrix unit for the fp8 scores")
     ap.add_argument("--imprecise", type=int, default=0)
@@ -81,22 +116,24 @@ def main():
     a = ap.parse_args()
     for fmt in a.fmt.split(","):
         t = time.time()
-        k = compile_decode(fmt, a.block_t, a.warps, a.stages, a.reload, not a.split, asm=not a.no_asm, tim=a.tokens_in_m,
+        block_r = min(64, max(16, 1 << (a.heads - 1).bit_length()))
+        k = compile_decode(fmt, a.block_t, a.warps, a.stages, a.reload, not a.split, heads=a.heads, block_r=block_r,
+                           asm=not a.no_asm, tim=a.tokens_in_m,
                            maxnreg=a.maxnreg, prefetch=a.prefetch, fp8_scores=a.fp8_scores, imprecise=a.imprecise)
         md = k.metadata
         print(f"{fmt}: {resource_usage(k)} shared={md.shared} ({time.time() - t:.0f}s)", flush=True)
+        if a.loop:
+            count, ops = loop_profile(sass_text(k))
+            print(f"  loop: {count} instructions per iteration; " + ", ".join(f"{o} {n}" for o, n in ops.most_common(12)))
         if a.dump:
             os.makedirs(a.dump, exist_ok=True)
             for ext in ("ttgir", "ptx"):
                 with open(os.path.join(a.dump, f"{fmt}.{ext}"), "w") as f:
                     f.write(k.asm[ext])
-            tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-            cubin = os.path.join(a.dump, f"{fmt}.cubin")
-            with open(cubin, "wb") as f:
+            with open(os.path.join(a.dump, f"{fmt}.cubin"), "wb") as f:
                 f.write(k.asm["cubin"])
-            sass = subprocess.run([tool, "--dump-sass", cubin], capture_output=True, text=True).stdout
             with open(os.path.join(a.dump, f"{fmt}.sass"), "w") as f:
-                f.write(sass)
+                f.write(sass_text(k))
 
 
 if __name__ == "__main__":

@@ -61,11 +61,14 @@ def test_block_rows_covers_the_rows_in_powers_of_two():
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_default_config_fits_64_row_programs(fmt):
     """The tuned 3-stage bf16 shape needs 288 KB of shared memory with 64 query rows (H = 128,
-    or Lq * H >= 64); the planner drops to 2 stages there and keeps the tuned shape otherwise."""
+    or Lq * H >= 64) and 4 warps spill its accumulator; the planner uses 2 stages and 8 warps
+    there and keeps the tuned shape otherwise."""
     assert default_config(fmt, 16) == DEFAULT_CONFIGS[fmt]
+    assert default_config(fmt, 32) == DEFAULT_CONFIGS[fmt]
     wide = default_config(fmt, 4 * 128)
-    assert wide.num_stages <= 2
-    assert dataclasses.replace(wide, num_stages=DEFAULT_CONFIGS[fmt].num_stages) == DEFAULT_CONFIGS[fmt]
+    assert wide.num_stages <= 2 and wide.num_warps == 8
+    tuned = DEFAULT_CONFIGS[fmt]
+    assert dataclasses.replace(wide, num_stages=tuned.num_stages, num_warps=tuned.num_warps) == tuned
 
 
 def test_plan_uses_the_fitted_default_and_keeps_an_explicit_config():
