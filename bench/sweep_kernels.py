@@ -1,6 +1,10 @@
 """Kernel-shape sweep on a GPU: correctness first, then GPU time per format and config.
 
 Usage (on the H200): ``PYTHONPATH=src python3 bench/sweep_kernels.py --out $OUT [--quick]``.
+Kernel shapes to try at 256 x 8192: ``SWEEP_CFGS="bt,nw,ns,reload[,tokens_in_m,max_registers,
+register_prefetch,fp8_scores,fp8_imprecise];..."`` (``KernelConfig`` fields in that order; "none"
+skips this step); each is checked (strict, relative L2 logged) before it is timed unless
+``--skip-check``. The split policies are then timed on the 8 benchmark shapes with the best shape.
 Writes one JSON line per measurement to ``OUT/sweep.jsonl`` and prints a short table last.
 GPU time: ``triton.testing.do_bench`` median; do_bench zeroes a 256 MB buffer before every call,
 so the cache is read from HBM. Bytes and ceiling as mixmla bench counts and measures them
