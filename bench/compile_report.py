@@ -57,24 +57,25 @@ def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True
                                                                                  **({'maxnreg': maxnreg} if maxnreg else {})))
 
 
-def resource_usage(kernel) -> str:
-    """REG/STACK/SHARED/LOCAL as reported by the cuobjdump that ships with Triton."""
+def _cuobjdump(kernel, flag: str) -> str:
+    """What the cuobjdump that ships with Triton prints for the kernel's cubin with ``flag``."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
         f.flush()
-        text = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True).stdout
+
+
+def resource_usage(kernel) -> str:
+    """REG/STACK/SHARED/LOCAL as reported by cuobjdump."""
+    text = _cuobjdump(kernel, "--dump-resource-usage")
     m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
     return f"regs={m[1]} stack={m[2]} local={m[4]}" if m else text.strip()
 
 
 def sass_text(kernel) -> str:
-    """The kernel's SASS, disassembled with the cuobjdump that ships with Triton."""
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        return subprocess.run([tool, "--dump-sass", f.name], capture_output=True, text=True).stdout
+    """The kernel's SASS, disassembled by cuobjdump."""
+    return _cuobjdump(kernel, "--dump-sass")
 
 
 def loop_profile(sass: str):

@@ -224,9 +224,9 @@ def load_raw_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FOR
     """The stored bits of cached tokens ``tok`` (T,) int64 rows, masked by ``tok_mask`` (T,), as
     four tensors for ``decode_tile`` (nope span, then rope span; see ``_load_span_raw``).
 
-    kv_ptr: bf16 elements (bf16), bytes (fp8 e4m3fn bits, MXFP4 packed codes); kv_stride: row
-    stride in those units. scale_ptr/scale_stride: MXFP4 E8M0 bytes and their row stride (unused
-    otherwise). Masked rows decode to zeros.
+    kv_ptr: bf16 elements (bf16), float8e4nv elements (fp8 e4m3fn), bytes (fp8 e4m3fnuz bits,
+    MXFP4 packed codes); kv_stride: row stride in those units. scale_ptr/scale_stride: MXFP4 E8M0
+    bytes and their row stride (unused otherwise). Masked rows decode to zeros.
     """
     nope_x, nope_y = _load_span_raw(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, 0, NOPE_HALF, FORMAT,
                                     "")
