@@ -31,7 +31,7 @@ KV_TYPES = {"bf16": "*bf16", "fp8": "*fp8e4nv", "mxfp4": "*u8"}
 
 
 def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True, heads=16, block_r=16, asm=True, tim=False,
-                   maxnreg=None, prefetch=False, fp8_scores=False, imprecise=0):
+                   maxnreg=None, prefetch=False, fp8_scores=False, imprecise=0, dependents=False):
     """Compile ``mla_decode_kernel`` for sm_90 with the given constexprs; returns the CompiledKernel."""
     sig = {
         "q_ptr": "*bf16", "stride_qt": "i32", "stride_qh": "i32",
@@ -43,7 +43,8 @@ def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True
     }
     constexprs = dict(H=heads, BLOCK_R=block_r, BLOCK_T=block_t, FORMAT=FORMAT_IDS[fmt], DIRECT=direct,
                       WRITE_LSE=False, DOT_F32=False, RELOAD_VALUES=reload, USE_ASM=asm, TOKENS_IN_M=tim,
-                      REGISTER_PREFETCH=prefetch, FP8_SCORES=fp8_scores and fmt == "fp8", FP8_IMPRECISE=imprecise)
+                      REGISTER_PREFETCH=prefetch, FP8_SCORES=fp8_scores and fmt == "fp8", FP8_IMPRECISE=imprecise,
+                      LAUNCH_DEPENDENTS=dependents)
     for k, v in constexprs.items():
         sig[k] = "constexpr"
     names = mla_decode_kernel.arg_names

@@ -30,6 +30,7 @@ VARIANTS = {
     "fp8_scores_imprecise_32": dict(fp8_scores=True, fp8_imprecise=32),
     "block_t_32": dict(block_t=32, num_stages=2),
     "max_registers_168": dict(block_t=32, num_stages=2, max_registers=168),
+    "dependent_launch": dict(dependent_launch=True),
 }
 
 

@@ -30,7 +30,9 @@ class KernelConfig:
     register_prefetch: load the next tile into registers during this one (no asynchronous copies;
     use with num_stages=1); fp8_scores: fp8 e4m3fn caches compute the scores on the fp8 matrix
     unit (keys as stored, query split in two e4m3 terms; needs block_t=64 on Hopper), and
-    fp8_imprecise is how many products it may sum in reduced precision before each float32 add."""
+    fp8_imprecise is how many products it may sum in reduced precision before each float32 add;
+    dependent_launch: launch the combine kernel as a programmatic dependent of the decode kernel
+    (CUDA's programmatic dependent launch, Hopper on), so its launch overlaps the decode's tail."""
 
     block_t: int = 32
     num_warps: int = 4
@@ -43,6 +45,7 @@ class KernelConfig:
     register_prefetch: bool = False
     fp8_scores: bool = False
     fp8_imprecise: int = 0
+    dependent_launch: bool = False
 
 
 #: Defaults per format, the fastest in the H200 sweeps recorded in docs/PERF.md

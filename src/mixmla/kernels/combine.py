@@ -18,13 +18,15 @@ def mla_combine_kernel(
     part_o_ptr, part_lse_ptr, rows_max, split_indptr, qo_indptr,
     out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
     H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, WRITE_LSE: tl.constexpr,
+    WAIT_FOR_PRIMARY: tl.constexpr = False,
 ):
     """Grid: (batch, row blocks, 512 / BLOCK_D column blocks).
 
     part_o (num_work, rows_max, 512) float32 and part_lse (num_work, rows_max) base 2, as the
     decode kernel wrote them; the work items of request b are ``split_indptr[b] ..
     split_indptr[b+1]``. Writes out (total_q, H, 512) bf16 and, if WRITE_LSE, lse (total_q, H)
-    float32 natural log.
+    float32 natural log. WAIT_FOR_PRIMARY: launched as a programmatic dependent of the decode
+    kernel (it may start before the partials exist), so wait for that grid before reading them.
     """
     req = tl.program_id(0)
     row_block = tl.program_id(1)
@@ -37,6 +39,8 @@ def mla_combine_kernel(
     w_begin = tl.load(split_indptr + req)
     w_end = tl.load(split_indptr + req + 1)
 
+    if WAIT_FOR_PRIMARY:
+        tl.extra.cuda.gdc_wait()
     m = tl.full((BLOCK_R,), float("-inf"), tl.float32)
     weight_sum = tl.zeros((BLOCK_R,), tl.float32)
     acc = tl.zeros((BLOCK_R, BLOCK_D), tl.float32)

@@ -106,7 +106,7 @@ def mla_decode_kernel(
     H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, FORMAT: tl.constexpr,
     DIRECT: tl.constexpr, WRITE_LSE: tl.constexpr, DOT_F32: tl.constexpr, RELOAD_VALUES: tl.constexpr,
     USE_ASM: tl.constexpr, TOKENS_IN_M: tl.constexpr, REGISTER_PREFETCH: tl.constexpr,
-    FP8_SCORES: tl.constexpr, FP8_IMPRECISE: tl.constexpr,
+    FP8_SCORES: tl.constexpr, FP8_IMPRECISE: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr = False,
 ):
     """Grid: (work items, row blocks).
 
@@ -125,8 +125,12 @@ def mla_decode_kernel(
     Q_lo)^T with the keys read as stored (no conversion) and the query split into two e4m3 terms;
     only the values are converted. FP8_IMPRECISE: see ``scores_fp8``. sm_scale: softmax scale;
     value_scale: the factor that turns the loader's values into true values (times the fp8 tensor
-    scale read from ``fp8_scale_ptr`` for fp8).
+    scale read from ``fp8_scale_ptr`` for fp8). LAUNCH_DEPENDENTS (NVIDIA, Hopper on): let the
+    combine kernel, launched as a programmatic dependent, start while this grid still runs; it
+    waits for this grid's results itself (``combine.py``).
     """
+    if LAUNCH_DEPENDENTS:
+        tl.extra.cuda.gdc_launch_dependents()
     F16_OPERANDS: tl.constexpr = (FORMAT == FMT_FP8) or (FORMAT == FMT_FP8_FNUZ)
     work = tl.program_id(0)
     row_block = tl.program_id(1)

@@ -73,6 +73,8 @@ def launch_decode(
     dot_f32 = interpreter_active()
     # fp8 scores replace the key loads of the other variants; they exist for e4m3fn caches only.
     fp8_scores = config.fp8_scores and fmt == int(FMT_FP8.value) and not config.tokens_in_m
+    # Programmatic dependent launch needs the CUDA driver (not the interpreter) and a split plan.
+    dependent = config.dependent_launch and not dot_f32 and not schedule.direct and q.device.type == "cuda"
     grid = (schedule.num_work, schedule.row_blocks)
     mla_decode_kernel[grid](
         q, q.stride(0), q.stride(1),
@@ -86,7 +88,7 @@ def launch_decode(
         DIRECT=schedule.direct, WRITE_LSE=write_lse, DOT_F32=dot_f32, RELOAD_VALUES=config.reload_values,
         USE_ASM=not dot_f32, TOKENS_IN_M=config.tokens_in_m,
         REGISTER_PREFETCH=config.register_prefetch and not fp8_scores,
-        FP8_SCORES=fp8_scores, FP8_IMPRECISE=config.fp8_imprecise,
+        FP8_SCORES=fp8_scores, FP8_IMPRECISE=config.fp8_imprecise, LAUNCH_DEPENDENTS=dependent,
         num_warps=config.num_warps, num_stages=config.num_stages,
         **({"maxnreg": config.max_registers} if config.max_registers and not dot_f32 else {}),
     )
@@ -96,5 +98,5 @@ def launch_decode(
             part_o, part_lse, schedule.rows_max, split_indptr, qo_indptr,
             out, out.stride(0), out.stride(1), lse_arg, lse_stride,
             H=num_heads, BLOCK_R=COMBINE_BLOCK_R, BLOCK_D=COMBINE_BLOCK_D, WRITE_LSE=write_lse,
-            num_warps=4,
+            WAIT_FOR_PRIMARY=dependent, num_warps=4, **({"launch_pdl": True} if dependent else {}),
         )
