@@ -92,6 +92,7 @@ class Schedule:
     ``split_indptr[b] .. split_indptr[b+1]``. rows_max: max query rows (Lq * H) of a request;
     block_r: rows per program; row_blocks: programs per work item along the rows;
     direct: every request is a single chunk, so the decode kernel writes the output itself.
+    max_splits: the most chunks any request has.
     """
 
     work_req: np.ndarray
@@ -102,6 +103,7 @@ class Schedule:
     block_r: int
     row_blocks: int
     direct: bool
+    max_splits: int = 1
 
     @property
     def num_work(self) -> int:
@@ -142,7 +144,7 @@ def make_schedule(kv_lens, q_lens, num_heads: int, num_sms: int, config: KernelC
     work_split = (np.arange(work_req.shape[0], dtype=np.int32) - split_indptr[work_req]).astype(np.int32)
     work_nsplit = nsplit[work_req].astype(np.int32)
     return Schedule(work_req, work_split, work_nsplit, split_indptr, rows_max, block_r, row_blocks,
-                    direct=bool((nsplit == 1).all()))
+                    direct=bool((nsplit == 1).all()), max_splits=int(nsplit.max(initial=1)))
 
 
 def device_sm_count(device: torch.device) -> int:

@@ -16,7 +16,8 @@ from .decode import mla_decode_kernel
 from .loaders import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
 
 COMBINE_BLOCK_R = 16  #: rows per combine program
-COMBINE_BLOCK_D = 128  #: output columns per combine program: more programs in flight for small batches
+COMBINE_BLOCK_D = 32  #: output columns per combine program: 16 programs per row block, many in flight
+COMBINE_MAX_BLOCK_S = 16  #: partials one combine load reads (registers: 16 x 16 x 32 floats per program)
 
 
 def interpreter_active() -> bool:
@@ -98,5 +99,6 @@ def launch_decode(
             part_o, part_lse, schedule.rows_max, split_indptr, qo_indptr,
             out, out.stride(0), out.stride(1), lse_arg, lse_stride,
             H=num_heads, BLOCK_R=COMBINE_BLOCK_R, BLOCK_D=COMBINE_BLOCK_D, WRITE_LSE=write_lse,
+            BLOCK_S=min(COMBINE_MAX_BLOCK_S, 1 << max(0, schedule.max_splits - 1).bit_length()),
             WAIT_FOR_PRIMARY=dependent, num_warps=4, **({"launch_pdl": True} if dependent else {}),
         )

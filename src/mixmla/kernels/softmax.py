@@ -44,20 +44,3 @@ def finish_rows(m, l):
     inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l))
     lse2 = tl.where(empty, float("-inf"), m + tl.log2(tl.where(empty, 1.0, l)))
     return inv_l, lse2
-
-
-@triton.jit
-def merge_step(lse2_part, m_prev, w_prev):
-    """Log-sum-exp merge of one more normalized partial result.
-
-    lse2_part: (R,) base-2 log-sum-exp of the partial (``-inf`` if it saw nothing).
-    m_prev, w_prev: (R,) running max of the lse2 values and running weight sum.
-    Returns ``(weight, alpha, m_new, w_new)``: the weight (R,) of this partial, the factor that
-    rescales what is merged so far, and the updated running values.
-    """
-    m_new = tl.maximum(m_prev, lse2_part)
-    m_safe = safe_max(m_new)
-    weight = tl.exp2(lse2_part - m_safe)
-    alpha = tl.exp2(m_prev - m_safe)
-    w_new = w_prev * alpha + weight
-    return weight, alpha, m_new, w_new
