@@ -24,7 +24,7 @@ class _NoFlush:
         self.flushes += 1
 
 
-def _fake_gpu_time(fn, flusher, use_graph=True, warmup=3, max_reps=100, min_reps=5, time_cap_s=1.0):
+def _fake_gpu_time(fn, flusher, use_graph=True, warmup=3, max_reps=100, min_reps=5, time_cap_s=1.0, warm_s=0.0):
     samples = []
     for _ in range(min_reps):
         flusher.flush()

@@ -95,3 +95,11 @@ def test_shipped_spec_files():
     ext = load_specs(None, str(specs / "extended.txt"))
     assert {s["qseqlen"] for s in ext} == {1, 4} and {s.get("numheads", 16) for s in ext} == {16, 32}
     assert 128 in {s["batchsize"] for s in ext}
+
+
+def test_l2_flusher_rejects_an_unknown_mode():
+    from mixmla.harness.timing import FLUSH_MODES, L2Flusher
+
+    assert FLUSH_MODES == ("write", "read")
+    with pytest.raises(ValueError, match="flush mode"):
+        L2Flusher(device="cpu", mode="zero")

@@ -34,6 +34,17 @@ def test_gpu_time_graph_and_eager_fallback():
     assert syncing.method == "eager+flush" and "graph capture failed" in syncing.note
 
 
+def test_gpu_time_after_a_read_flush():
+    """The bench's main GPU time flushes by reading: same plausible bandwidth, the mode recorded."""
+    from mixmla.harness.timing import L2Flusher, gpu_time
+
+    x = torch.randn(64 << 20, device="cuda")  # 256 MiB
+    y = torch.empty_like(x)
+    g = gpu_time(lambda: y.copy_(x), L2Flusher(mode="read"), time_cap_s=0.2, warm_s=0.01)
+    assert g.flush == "read" and g.as_dict()["flush"] == "read" and g.n >= 5
+    assert 1000 < 2 * x.numel() * 4 / g.median_us * 1e-3 < 6000
+
+
 def test_hbm_ceiling_is_plausible():
     from mixmla.harness.ceiling import measure_hbm_ceiling
 

@@ -21,7 +21,8 @@ def _ok_row(spec, label, impl, path, mean, gpu_us, nbytes, rel=3e-3, fmt=None):
     row["check"] = {"format": row["format"], "strict": check, "loose": dict(check, message="loose pass")}
     row["latency_us"] = {"n": 10, "mean": mean, "std": 1.0, "err": 0.3, "best": mean - 1, "worst": mean + 2,
                          "stop": "converged"}
-    row["gpu"] = {"median_us": gpu_us, "min_us": gpu_us - 0.5, "n": 50, "method": "graph+flush", "note": ""}
+    row["gpu"] = {"median_us": gpu_us, "min_us": gpu_us - 0.5, "n": 50, "method": "graph+flush", "note": "",
+                  "flush": "read", "write_flush_median_us": gpu_us + 7.0}
     row["bytes"] = nbytes
     return fill_bandwidth(row, 4000.0)
 
@@ -104,7 +105,8 @@ def test_markdown_summary():
     assert md.startswith("# mixmla bench")
     assert "**4000 GB/s**" in md
     table = [line for line in md.splitlines() if line.startswith("| 256x8192")]
-    assert len(table) == 2 and all(line.count("|") == 11 for line in table)
+    assert len(table) == 2 and all(line.count("|") == 12 for line in table)
+    assert "| 300.0 | 307.0 |" in table[0]  # GPU time after the read flush, then after the write flush
     assert "| mixmla fp8 | 126.5 | 54.8 | 2/2 |" in md
     assert "flashmla: not installed" in md
 

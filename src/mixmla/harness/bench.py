@@ -44,19 +44,21 @@ Exit status: 0 when every mixmla path passed its strict check, 1 otherwise (peer
 class Settings:
     """Timing budget of one run. rule: call-latency stopping rule (see ``StopRule``); gpu_cap_s /
     gpu_max_reps: GPU-time repetitions per case (seconds of GPU time / count); warmup: untimed
-    calls before timing; budget_s: wall-clock budget of the whole run (seconds)."""
+    calls before timing; budget_s: wall-clock budget of the whole run (seconds); gpu_warm_s:
+    untimed graph replays (seconds) before the GPU time is measured."""
 
     rule: StopRule
     gpu_cap_s: float
     gpu_max_reps: int
     warmup: int
     budget_s: float
+    gpu_warm_s: float = 0.2
 
     def as_dict(self) -> dict:
         r = self.rule
         return {"rel_err": r.rel_err, "min_count": r.min_count, "max_count": r.max_count,
                 "wall_cap_s": r.wall_cap_s, "gpu_cap_s": self.gpu_cap_s, "gpu_max_reps": self.gpu_max_reps,
-                "warmup": self.warmup, "budget_s": self.budget_s}
+                "warmup": self.warmup, "budget_s": self.budget_s, "gpu_warm_s": self.gpu_warm_s}
 
 
 def settings_for(quick: bool, budget_s: float = DEFAULT_BUDGET_S) -> Settings:
@@ -64,7 +66,7 @@ def settings_for(quick: bool, budget_s: float = DEFAULT_BUDGET_S) -> Settings:
     100-repetition cap), GPU time over up to 100 replays / 0.5 s. ``quick``: 20 calls / 0.3 s and
     20 replays / 0.1 s."""
     if quick:
-        return Settings(StopRule(max_count=20, wall_cap_s=0.3), 0.1, 20, 2, budget_s)
+        return Settings(StopRule(max_count=20, wall_cap_s=0.3), 0.1, 20, 2, budget_s, 0.05)
     return Settings(StopRule(max_count=100, wall_cap_s=2.0), 0.5, 100, 3, budget_s)
 
 
@@ -138,10 +140,12 @@ def check_impl_case(impl, case, fmt: str):
     return row, prep
 
 
-def time_impl_case(row: dict, prep, case, settings: Settings, timer, flusher, ceiling_gbps, wall_cap_s=None) -> dict:
+def time_impl_case(row: dict, prep, case, settings: Settings, timer, flushers, ceiling_gbps, wall_cap_s=None) -> dict:
     """Time a checked case: ``settings.warmup`` untimed calls, call latency (``time_calls``), GPU time
-    (``gpu_time``); then bytes and bandwidth. ``wall_cap_s`` overrides the rule's wall cap (the run's
-    budget shrinks it). Errors become status "error". Returns the row."""
+    (``gpu_time``) after each of ``flushers`` (``(read, write)`` L2 flushers: the first gives
+    ``row["gpu"]``, the second ``row["gpu"]["write_flush_median_us"]``); then bytes and bandwidth.
+    ``wall_cap_s`` overrides the rule's wall cap (the run's budget shrinks it). Errors become status
+    "error". Returns the row."""
     import dataclasses
 
     from .report import fill_bandwidth
@@ -153,9 +157,14 @@ def time_impl_case(row: dict, prep, case, settings: Settings, timer, flusher, ce
             prep.call()
         lat = time_calls(lambda _inputs: prep.call(), timer, rule)
         row["latency_us"] = dict(lat.stats.as_dict(), stop=lat.stop)
-        g = gpu_time(prep.gpu, flusher, time_cap_s=min(settings.gpu_cap_s, rule.wall_cap_s),
-                     max_reps=settings.gpu_max_reps)
+        main_flusher, write_flusher = flushers
+        cap = min(settings.gpu_cap_s, rule.wall_cap_s)
+        g = gpu_time(prep.gpu, main_flusher, time_cap_s=cap, max_reps=settings.gpu_max_reps,
+                     warm_s=settings.gpu_warm_s)
         row["gpu"] = g.as_dict()
+        if write_flusher is not None:
+            gw = gpu_time(prep.gpu, write_flusher, time_cap_s=cap, max_reps=settings.gpu_max_reps)
+            row["gpu"]["write_flush_median_us"] = gw.median_us
         if g.note:
             row["note"] = (row["note"] + "; " if row["note"] else "") + g.note
     except Exception as e:
@@ -276,7 +285,7 @@ def run_gpu(args, specs: list[dict], paths: list[str], peer_names: list[str]) ->
     results = new_results("gpu", info, ceiling.as_dict(),
                           dict(settings.as_dict(), shapes=len(specs), paths=",".join(paths), peers=",".join(peer_names)))
     results["peers"] = peers_doc
-    timer, flusher = CudaEventTimer(), L2Flusher()
+    timer, flushers = CudaEventTimer(), (L2Flusher(mode="read"), L2Flusher(mode="write"))
     total = len(specs) * len(impls)
     progress, done = _Progress(total), 0
     for spec in specs:
@@ -296,7 +305,7 @@ def run_gpu(args, specs: list[dict], paths: list[str], peer_names: list[str]) ->
                 wall_cap = max(0.1, min(settings.rule.wall_cap_s, 0.5 * (per_case - 2.0)))
                 row, prep = check_impl_case(objs[name], case, fmt)
                 if prep is not None:
-                    row = time_impl_case(row, prep, case, settings, timer, flusher, ceiling.read_gbps, wall_cap)
+                    row = time_impl_case(row, prep, case, settings, timer, flushers, ceiling.read_gbps, wall_cap)
                 del prep
             results["rows"].append(row)
             done += 1

@@ -10,7 +10,8 @@ One *row* per (shape, implementation, path)::
      "note": str, "format": format whose reference/bytes apply or None,
      "check": {"format", "strict": {"passed", "rel_l2", "message"}, "loose": {...} | None} | None,
      "latency_us": {"n", "mean", "std", "err", "best", "worst", "stop"} | None,   # call latency
-     "gpu": {"median_us", "min_us", "n", "method", "note"} | None,              # GPU time
+     "gpu": {"median_us", "min_us", "n", "method", "note", "flush",            # GPU time
+             "write_flush_median_us"} | None,
      "bytes": int | None, "floor_us": float | None,   # minimum bytes; their time at the ceiling
      "gbps": float | None, "pct_ceiling": float | None, "x_floor": float | None}
 
@@ -139,15 +140,16 @@ def _lat_cell(row: dict) -> str:
     return f"{lat['mean']:.1f} ± {lat['err']:.1f}" if lat else "-"
 
 
-TABLE_COLUMNS = ("shape", "impl path", "strict check", "call latency us", "GPU us", "MB", "GB/s", "% ceil",
-                 "x floor", "status")
+TABLE_COLUMNS = ("shape", "impl path", "strict check", "call latency us", "GPU us", "GPU us write-flush", "MB", "GB/s",
+                 "% ceil", "x floor", "status")
 
 
 def _table_cells(row: dict) -> list[str]:
     gpu = row.get("gpu")
     status = row["status"] + (f": {row['note']}" if row["status"] != "ok" and row.get("note") else "")
     return [row["shape_label"], row["label"], _check_cell(row), _lat_cell(row),
-            _f(gpu["median_us"] if gpu else None, ".1f"), _f(row["bytes"] / 1e6 if row.get("bytes") else None, ".2f"),
+            _f(gpu["median_us"] if gpu else None, ".1f"), _f(gpu.get("write_flush_median_us") if gpu else None, ".1f"),
+            _f(row["bytes"] / 1e6 if row.get("bytes") else None, ".2f"),
             _f(row.get("gbps"), ".0f"), _f(row.get("pct_ceiling"), ".0f"), _f(row.get("x_floor"), ".2f"), status]
 
 
@@ -254,7 +256,8 @@ def format_markdown(results: dict, title: str = "mixmla bench") -> str:
                                    for k, v in peers.items()] + [""]
     out += ["Call latency: CUDA events around the whole Python call after a 256 MiB L2 flush, repeated until the "
             "standard error is under 0.1% of the mean or a cap is hit (mean ± standard error). GPU time: median of "
-            "CUDA-graph replays, each after the same flush. Bytes: the minimum a call must move (cache once in its "
+            "CUDA-graph replays, each after reading 256 MiB (L2 evicted, clean lines only); 'write-flush': the same "
+            "after the call-latency loop's written flush, whose dirty lines are written back during the call. Bytes: the minimum a call must move (cache once in its "
             "format, q read, out written); GB/s and % of ceiling use the GPU time. See docs/PERF.md.", ""]
     return "\n".join(out)
 

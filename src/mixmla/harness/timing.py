@@ -12,12 +12,17 @@ overlaps the flush still running on the GPU when the start event is recorded (th
 original harness).
 
 **GPU time** (:func:`gpu_time`): the median over replays of a CUDA graph that holds one call
-(for our kernels, ``DecodePlan.run`` with a preallocated output), each replay preceded by the same
-256 MiB L2 flush so the cache is read from HBM, with events recorded right before and after the
-replay on the stream that is busy with the flush, so host launch cost is not in it. We flush
-instead of rotating input sets: it works for every shape and every peer without multiplying the
-memory of the 2.4 GB caches, and the flush buffer's dirty lines are what a real decode step finds
-in L2 too. A callable that cannot be captured in a graph is timed eagerly the same way
+(for our kernels, ``DecodePlan.run`` with a preallocated output), each replay preceded by an L2
+flush so the cache is read from HBM, with events recorded right before and after the replay on
+the stream that is busy with the flush, so host launch cost is not in it. The bench flushes by
+*reading* 256 MiB (``L2Flusher(mode="read")``) and also reports the time after the original
+harness's *write* flush: a written buffer leaves the L2 full of dirty lines, and writing them back
+to HBM happens inside the timed call (measured on the H200: 1-80 us per call, `bench/flush_study.py`,
+docs/PERF.md), a cost of the flush rather than of the kernel. Before the timed replays the graph is
+replayed untimed for ``warm_s`` seconds: the H200 runs the first tens of milliseconds of replays
+after a large case is generated up to 15% slower (`bench/clock_study.py`). We flush instead of
+rotating input sets: it works for every shape and every peer without multiplying the memory of
+the 2.4 GB caches. A callable that cannot be captured in a graph is timed eagerly the same way
 (``method = "eager+flush"``; launch gaps then count).
 """
 
@@ -30,7 +35,7 @@ from typing import Any, Callable, Protocol
 from .stats import Stats, StopRule, median, stop_reason, summarize
 
 __all__ = [
-    "FLUSH_BYTES", "L2Flusher", "Timer", "CudaEventTimer", "WallTimer", "CallTiming", "time_calls",
+    "FLUSH_BYTES", "FLUSH_MODES", "L2Flusher", "Timer", "CudaEventTimer", "WallTimer", "CallTiming", "time_calls",
     "GpuTiming", "gpu_time",
 ]
 
@@ -39,20 +44,34 @@ __all__ = [
 FLUSH_BYTES = 256 << 20
 
 
-class L2Flusher:
-    """Evicts the GPU's L2 by writing ``nbytes`` (default 256 MiB) of a buffer it allocates once.
+FLUSH_MODES = ("write", "read")
 
-    ``flush()`` enqueues one fill kernel on the current stream and returns at once (asynchronous).
+
+class L2Flusher:
+    """Evicts the GPU's L2 by touching ``nbytes`` (default 256 MiB) of a buffer it allocates once.
+
+    mode "write" (the original harness's flush): fill the buffer, which leaves the L2 full of dirty
+    lines that the next kernel's traffic writes back to HBM. mode "read": sum the buffer into one
+    float, which leaves only clean lines. ``flush()`` enqueues one kernel on the current stream and
+    returns at once (asynchronous).
     """
 
-    def __init__(self, device=None, nbytes: int = FLUSH_BYTES):
+    def __init__(self, device=None, nbytes: int = FLUSH_BYTES, mode: str = "write"):
         import torch
 
+        if mode not in FLUSH_MODES:
+            raise ValueError(f"flush mode must be one of {FLUSH_MODES}, got {mode!r}")
+        self._torch = torch
+        self.mode = mode
         self.nbytes = int(nbytes)
-        self._buf = torch.empty(self.nbytes // 4, dtype=torch.int32, device=device or "cuda")
+        self._buf = torch.ones(self.nbytes // 4, dtype=torch.float32, device=device or "cuda")
+        self._sink = torch.empty((), dtype=torch.float32, device=self._buf.device)
 
     def flush(self) -> None:
-        self._buf.fill_(42)
+        if self.mode == "write":
+            self._buf.fill_(1.0)
+        else:
+            self._torch.sum(self._buf, dim=0, out=self._sink)
 
 
 class Timer(Protocol):
@@ -155,17 +174,19 @@ def time_calls(
 @dataclass
 class GpuTiming:
     """Result of :func:`gpu_time`: ``median_us`` and ``min_us`` over ``n`` timed runs (us);
-    ``method`` is ``"graph+flush"`` or ``"eager+flush"``; ``note`` says why a graph was not used."""
+    ``method`` is ``"graph+flush"`` or ``"eager+flush"``; ``note`` says why a graph was not used;
+    ``flush`` is the flusher's mode ("read" or "write")."""
 
     median_us: float
     min_us: float
     n: int
     method: str
     note: str = ""
+    flush: str = "write"
 
     def as_dict(self) -> dict:
         return {"median_us": self.median_us, "min_us": self.min_us, "n": self.n, "method": self.method,
-                "note": self.note}
+                "note": self.note, "flush": self.flush}
 
 
 def _capture(fn: Callable[[], Any], warmup: int):
@@ -194,6 +215,7 @@ def gpu_time(
     max_reps: int = 100,
     min_reps: int = 5,
     time_cap_s: float = 1.0,
+    warm_s: float = 0.0,
 ) -> GpuTiming:
     """GPU time of ``fn`` in microseconds: median over replays, each after an L2 flush.
 
@@ -202,6 +224,7 @@ def gpu_time(
     ``warmup`` calls) and the graph is replayed; if capture fails, ``fn`` is timed eagerly.
     Repetitions: as many as fit in ``time_cap_s`` seconds of GPU time (flushes included), between
     ``min_reps`` and ``max_reps``. All events are enqueued back to back and read after one sync.
+    warm_s: seconds of untimed runs (each after a flush, as timed) before the timed ones.
     """
     import torch
 
@@ -231,6 +254,13 @@ def gpu_time(
         torch.cuda.synchronize()
         return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
 
+    t_warm = time.perf_counter()
+    while time.perf_counter() - t_warm < warm_s:
+        for _ in range(10):
+            flusher.flush()
+            run()
+        torch.cuda.synchronize()
+
     # One probe (flush included) sizes the repetition count to the time cap.
     t0 = time.perf_counter()
     probe = timed(1)
@@ -238,4 +268,4 @@ def gpu_time(
     reps = int(max(min_reps, min(max_reps, time_cap_s / per_rep_s)))
     samples = timed(reps)
     del graph
-    return GpuTiming(median(samples), min(samples), len(samples), method, note)
+    return GpuTiming(median(samples), min(samples), len(samples), method, note, getattr(flusher, "mode", "write"))
