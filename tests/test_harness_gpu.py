@@ -38,7 +38,8 @@ def test_gpu_time_after_a_read_flush():
     """The bench's main GPU time flushes by reading: same plausible bandwidth, the mode recorded."""
     from mixmla.harness.timing import L2Flusher, gpu_time
 
-    x = torch.randn(64 << 20, device="cuda")  # 256 MiB
+    # Not the default random generator: the eager-fallback test above leaves it mid-capture.
+    x = torch.ones(64 << 20, device="cuda")  # 256 MiB
     y = torch.empty_like(x)
     g = gpu_time(lambda: y.copy_(x), L2Flusher(mode="read"), time_cap_s=0.2, warm_s=0.01)
     assert g.flush == "read" and g.as_dict()["flush"] == "read" and g.n >= 5

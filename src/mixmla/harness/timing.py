@@ -224,7 +224,9 @@ def gpu_time(
     ``warmup`` calls) and the graph is replayed; if capture fails, ``fn`` is timed eagerly.
     Repetitions: as many as fit in ``time_cap_s`` seconds of GPU time (flushes included), between
     ``min_reps`` and ``max_reps``. All events are enqueued back to back and read after one sync.
-    warm_s: seconds of untimed runs (each after a flush, as timed) before the timed ones.
+    A failed capture can leave torch's default CUDA random generator unusable in this process
+    ("Offset increment outside graph capture"), so the harness generates its inputs with its own
+    ``torch.Generator`` objects (``mixmla.inputs``). warm_s: seconds of untimed runs (each after a flush, as timed) before the timed ones.
     """
     import torch
 
