@@ -17,8 +17,9 @@ import time
 import torch
 
 import mixmla
-from mixmla.harness.cases import Case, parse_shape
-from mixmla.harness.timing import FLUSH_BYTES
+from mixmla.harness.timing import L2Flusher
+
+from flush_study import bench_case
 
 
 def main():
@@ -30,9 +31,8 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     log = open(os.path.join(a.out, "clock_study.jsonl"), "a")
     t0 = time.perf_counter()
-    buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda").normal_()
-    sink = torch.empty((), dtype=torch.float32, device="cuda")
-    case = Case.generate(parse_shape(a.shape.replace("x", ",1,", 1)), device="cuda")
+    read_flush = L2Flusher(mode="read")
+    case = bench_case(a.shape)
     q, _, qo_indptr, kv_indptr, _ = case.data
     cache = case.cache(a.fmt)
     p = mixmla.plan(kv_indptr, qo_indptr, case.num_heads, a.fmt, sm_scale=case.sm_scale)
@@ -48,7 +48,7 @@ def main():
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
             for s, e in zip(starts, ends):
-                torch.sum(buf, dim=0, out=sink)
+                read_flush.flush()
                 s.record()
                 g.replay()
                 e.record()

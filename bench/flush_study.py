@@ -28,37 +28,15 @@ import torch
 
 from mixmla import api
 from mixmla.harness.cases import Case, parse_shape
-from mixmla.harness.timing import FLUSH_BYTES
+from mixmla.harness.timing import FLUSH_BYTES, L2Flusher, capture_graph
 
 SHAPES = "4x1024,4x8192,32x1024,32x8192,64x1024,64x8192,256x1024,256x8192"
 
 
-def capture(fn):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    torch.cuda.synchronize()
-    return g
-
-
-class Flushes:
-    def __init__(self):
-        self.buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
-        self.buf.normal_()
-        self.sink = torch.empty((), dtype=torch.float32, device="cuda")
-
-    def write(self):
-        self.buf.fill_(1.0)
-
-    def read(self):
-        torch.sum(self.buf, dim=0, out=self.sink)
+def bench_case(label):
+    """The benchmark's inputs for ``"BxLk"`` (q_seq_len 1, 16 heads; ``"B,Lq,Lk[,H]"`` also works)."""
+    text = label.replace("x", ",1,", 1) if label.count("x") == 1 and "," not in label else label
+    return Case.generate(parse_shape(text), device="cuda")
 
 
 def time_graphs(graphs, before, reps):
@@ -76,14 +54,14 @@ def time_graphs(graphs, before, reps):
     return statistics.median(us), min(us)
 
 
-def measure(make_fn, copies_needed, flushes, reps):
+def measure(make_fn, copies_needed, flushers, reps):
     """make_fn(copy_index) -> a callable doing one call on its own copy of the inputs."""
-    base = capture(make_fn(0))
+    base = capture_graph(make_fn(0))
     res = {}
-    res["write"] = time_graphs([base], flushes.write, reps)
-    res["read"] = time_graphs([base], flushes.read, reps)
+    res["write"] = time_graphs([base], flushers["write"].flush, reps)
+    res["read"] = time_graphs([base], flushers["read"].flush, reps)
     res["warm"] = time_graphs([base], None, reps)
-    graphs = [base] + [capture(make_fn(i)) for i in range(1, copies_needed)]
+    graphs = [base] + [capture_graph(make_fn(i)) for i in range(1, copies_needed)]
     res["rotate"] = time_graphs(graphs, None, max(reps, 2 * len(graphs)))
     res["copies"] = copies_needed
     return res
@@ -99,7 +77,7 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     log = open(os.path.join(a.out, "flush_study.jsonl"), "w")
-    flushes = Flushes()
+    flushes = {mode: L2Flusher(mode=mode) for mode in ("write", "read")}
     rows = []
 
     def record(shape, impl, res, nbytes):
@@ -126,8 +104,7 @@ def main():
             peers = None
 
     for shape in a.shapes.split(","):
-        spec = parse_shape(shape.replace("x", ",1,", 1) if shape.count("x") == 1 else shape)
-        case = Case.generate(spec, device="cuda")
+        case = bench_case(shape)
         q, _, qo_indptr, kv_indptr, _ = case.data
         for fmt in a.formats.split(","):
             nbytes = case.bytes(fmt)

@@ -21,7 +21,6 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 
 import triton.language as tl
 
@@ -69,19 +68,18 @@ def main():
 
     import mixmla
     from mixmla.check import check_strict
-    from mixmla.harness.cases import Case, parse_shape
-    from mixmla.harness.timing import FLUSH_BYTES
+    from mixmla.harness.timing import L2Flusher, capture_graph
     from mixmla.plan import default_config
 
-    from overhead_study import capture, parse_configs, time_graph
+    from flush_study import bench_case
+    from overhead_study import parse_configs, time_graph
 
     os.makedirs(a.out, exist_ok=True)
     log = open(os.path.join(a.out, "fp8_decode_study.jsonl"), "a")
-    buf = torch.ones(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
-    sink = torch.empty((), dtype=torch.float32, device="cuda")
+    read_flush = L2Flusher(mode="read").flush
     factor = 256.0 if a.decoder == "int" else 1.0
     for shape in a.shapes.split(","):
-        case = Case.generate(parse_shape(shape.replace("x", ",1,", 1)), device="cuda")
+        case = bench_case(shape)
         q, _, qo_indptr, kv_indptr, _ = case.data
         cache, ref = case.cache("fp8"), case.ref("fp8")
         for name, fields in parse_configs(a.configs):
@@ -90,9 +88,9 @@ def main():
             out = torch.full_like(ref, float("nan"), dtype=torch.bfloat16)
             p.run(q, cache, out=out)
             chk = check_strict(out.double() * factor, ref)
-            g = capture(lambda: p.run(q, cache, out=out))
-            time_graph(g, lambda: torch.sum(buf, dim=0, out=sink), 20)  # warm
-            us = time_graph(g, lambda: torch.sum(buf, dim=0, out=sink), a.reps)
+            g = capture_graph(lambda: p.run(q, cache, out=out))
+            time_graph(g, read_flush, 20)  # warm
+            us = time_graph(g, read_flush, a.reps)
             rec = dict(decoder=a.decoder, shape=shape, config=name, us=us, rel_l2=chk.rel_l2, ok=bool(chk.passed),
                        cfg=dataclasses.asdict(cfg))
             log.write(json.dumps(rec) + "\n")

@@ -15,16 +15,16 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 
 import torch
 
 import mixmla
 import mixmla.kernels.launch as launch_module
 from mixmla.check import check_strict
-from mixmla.harness.cases import Case, parse_shape
-from mixmla.harness.timing import FLUSH_BYTES
+from mixmla.harness.timing import L2Flusher, capture_graph
 from mixmla.plan import default_config, rows_per_request
+
+from flush_study import bench_case, time_graphs
 
 SHAPES = "4x1024,4x8192,32x1024,32x8192,64x1024,64x8192,256x1024,256x8192"
 
@@ -47,31 +47,9 @@ class _NoLaunch:
         return lambda *args, **kwargs: None
 
 
-def capture(fn):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    torch.cuda.synchronize()
-    return g
-
-
 def time_graph(graph, before, reps):
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for s, e in zip(starts, ends):
-        before()
-        s.record()
-        graph.replay()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+    """Median GPU time (us) of ``reps`` replays of ``graph``, ``before()`` enqueued before each."""
+    return time_graphs([graph], before, reps)[0]
 
 
 def main():
@@ -84,20 +62,17 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     log = open(os.path.join(a.out, "overhead_study.jsonl"), "a")
-    buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda").normal_()
-    sink = torch.empty((), dtype=torch.float32, device="cuda")
-    read_flush = lambda: torch.sum(buf, dim=0, out=sink)  # noqa: E731
-    write_flush = lambda: buf.fill_(1.0)  # noqa: E731
+    read_flush = L2Flusher(mode="read").flush
+    write_flush = L2Flusher(mode="write").flush
     real_combine = launch_module.mla_combine_kernel
     rows = []
     for shape in a.shapes.split(","):
-        spec = parse_shape(shape.replace("x", ",1,", 1) if shape.count("x") == 1 else shape)
-        case = Case.generate(spec, device="cuda")
+        case = bench_case(shape)
         q, _, qo_indptr, kv_indptr, _ = case.data
         for fmt in a.formats.split(","):
             cache = case.cache(fmt)
             ref = case.ref(fmt)
-            base = default_config(fmt, rows_per_request([int(spec["qseqlen"])], case.num_heads))
+            base = default_config(fmt, rows_per_request([int(case.spec["qseqlen"])], case.num_heads))
             for name, fields in parse_configs(a.configs):
                 cfg = dataclasses.replace(base, **fields)
                 rec = dict(shape=shape, fmt=fmt, config=name, cfg=dataclasses.asdict(cfg), bytes=case.bytes(fmt))
@@ -108,14 +83,14 @@ def main():
                     chk = check_strict(out, ref)
                     rec.update(rel_l2=chk.rel_l2, ok=bool(chk.passed), work_items=p.schedule.num_work,
                                direct=p.schedule.direct)
-                    g = capture(lambda: p.run(q, cache, out=out))
+                    g = capture_graph(lambda: p.run(q, cache, out=out))
                     rec["read_us"] = time_graph(g, read_flush, a.reps)
                     rec["write_us"] = time_graph(g, write_flush, a.reps)
                     del g
                     if not p.schedule.direct:
                         launch_module.mla_combine_kernel = _NoLaunch()
                         try:
-                            g = capture(lambda: p.run(q, cache, out=out))
+                            g = capture_graph(lambda: p.run(q, cache, out=out))
                         finally:
                             launch_module.mla_combine_kernel = real_combine
                         rec["decode_only_read_us"] = time_graph(g, read_flush, a.reps)

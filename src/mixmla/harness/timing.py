@@ -36,7 +36,7 @@ from .stats import Stats, StopRule, median, stop_reason, summarize
 
 __all__ = [
     "FLUSH_BYTES", "FLUSH_MODES", "L2Flusher", "Timer", "CudaEventTimer", "WallTimer", "CallTiming", "time_calls",
-    "GpuTiming", "gpu_time",
+    "GpuTiming", "capture_graph", "gpu_time",
 ]
 
 #: Bytes written before each timed call to evict L2 (H200 L2: 50 MB). The original harness wrote
@@ -189,8 +189,9 @@ class GpuTiming:
                 "note": self.note, "flush": self.flush}
 
 
-def _capture(fn: Callable[[], Any], warmup: int):
-    """Warm ``fn`` up on a side stream (as torch's graph docs require), then capture it."""
+def capture_graph(fn: Callable[[], Any], warmup: int = 3):
+    """Warm ``fn`` up ``warmup`` times on a side stream (as torch's graph docs require), then
+    capture one call of it in a ``torch.cuda.CUDAGraph`` and return the graph."""
     import torch
 
     side = torch.cuda.Stream()
@@ -234,7 +235,7 @@ def gpu_time(
     graph = None
     if use_graph:
         try:
-            graph = _capture(fn, warmup)
+            graph = capture_graph(fn, warmup)
             run, method = graph.replay, "graph+flush"
         except Exception as exc:  # a peer that syncs or allocates from the host cannot be captured
             torch.cuda.synchronize()
