@@ -79,3 +79,23 @@ def test_plan_uses_the_fitted_default_and_keeps_an_explicit_config():
     assert mixmla.plan(kv_indptr, qo_indptr, 128, "bf16").schedule.block_r == MAX_BLOCK_R
     mine = KernelConfig(block_t=32, num_stages=3)
     assert mixmla.plan(kv_indptr, qo_indptr, 128, "bf16", config=mine).config is mine
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_merge_of_more_chunks_than_one_combine_load(fmt):
+    """A request cut into 41 chunks (the combine reads 16 per load, so it loops three times), one of
+    2 and an empty one: output and log-sum-exp match the reference."""
+    kv_lens, heads = [1300, 0, 70], 16
+    gen = torch.Generator(device=DEVICE).manual_seed(41)
+    q = torch.randn(len(kv_lens), heads, 576, generator=gen, device=DEVICE).to(torch.bfloat16)
+    cache = quantize(torch.randn(sum(kv_lens), 576, generator=gen, device=DEVICE), fmt)
+    kv_indptr = torch.tensor([0, 1300, 1300, 1370], dtype=torch.int32, device=DEVICE)
+    qo_indptr = torch.arange(len(kv_lens) + 1, dtype=torch.int32, device=DEVICE)
+    config = dataclasses.replace(DEFAULT_CONFIGS[fmt], block_t=32, num_stages=2, min_chunk=32, items_per_sm=1.0)
+    plan = mixmla.plan(kv_indptr, qo_indptr, heads, fmt, config=config)
+    assert plan.schedule.max_splits > 32, plan.schedule.max_splits
+    out = torch.full((q.shape[0], heads, 512), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    out, lse = plan.run(q, cache, out, return_lse=True)
+    ref, ref_lse = mla_decode_reference(q, cache, kv_indptr, qo_indptr)
+    assert check_strict(out, ref).passed, check_strict(out, ref)
+    assert check_strict(lse, ref_lse).passed, check_strict(lse, ref_lse)
