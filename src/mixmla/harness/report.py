@@ -256,9 +256,10 @@ def format_markdown(results: dict, title: str = "mixmla bench") -> str:
                                    for k, v in peers.items()] + [""]
     out += ["Call latency: CUDA events around the whole Python call after a 256 MiB L2 flush, repeated until the "
             "standard error is under 0.1% of the mean or a cap is hit (mean ± standard error). GPU time: median of "
-            "CUDA-graph replays, each after reading 256 MiB (L2 evicted, clean lines only); 'write-flush': the same "
-            "after the call-latency loop's written flush, whose dirty lines are written back during the call. Bytes: the minimum a call must move (cache once in its "
-            "format, q read, out written); GB/s and % of ceiling use the GPU time. See docs/PERF.md.", ""]
+            "CUDA-graph replays, each after reading 256 MiB (L2 evicted, clean lines only); 'write-flush': the "
+            "same after the call-latency loop's written flush, whose dirty lines are written back during the call. "
+            "Bytes: the minimum a call must move (cache once in its format, q read, out written); GB/s and % of "
+            "ceiling use the GPU time. See docs/PERF.md.", ""]
     return "\n".join(out)
 
 

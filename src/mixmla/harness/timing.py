@@ -17,8 +17,8 @@ flush so the cache is read from HBM, with events recorded right before and after
 the stream that is busy with the flush, so host launch cost is not in it. The bench flushes by
 *reading* 256 MiB (``L2Flusher(mode="read")``) and also reports the time after the original
 harness's *write* flush: a written buffer leaves the L2 full of dirty lines, and writing them back
-to HBM happens inside the timed call (measured on the H200: 1-80 us per call, `bench/flush_study.py`,
-docs/PERF.md), a cost of the flush rather than of the kernel. Before the timed replays the graph is
+to HBM happens inside the timed call (measured on the H200: 1-10 us per call on the benchmark
+shapes, `bench/flush_study.py`, docs/PERF.md), a cost of the flush rather than of the kernel. Before the timed replays the graph is
 replayed untimed for ``warm_s`` seconds: the H200 runs the first tens of milliseconds of replays
 after a large case is generated up to 15% slower (`bench/clock_study.py`). We flush instead of
 rotating input sets: it works for every shape and every peer without multiplying the memory of
@@ -225,9 +225,10 @@ def gpu_time(
     ``warmup`` calls) and the graph is replayed; if capture fails, ``fn`` is timed eagerly.
     Repetitions: as many as fit in ``time_cap_s`` seconds of GPU time (flushes included), between
     ``min_reps`` and ``max_reps``. All events are enqueued back to back and read after one sync.
+    warm_s: seconds of untimed runs (each after a flush, as timed) before the timed ones.
     A failed capture can leave torch's default CUDA random generator unusable in this process
     ("Offset increment outside graph capture"), so the harness generates its inputs with its own
-    ``torch.Generator`` objects (``mixmla.inputs``). warm_s: seconds of untimed runs (each after a flush, as timed) before the timed ones.
+    ``torch.Generator`` objects (``mixmla.inputs``).
     """
     import torch
 
