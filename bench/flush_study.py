@@ -33,6 +33,11 @@ from mixmla.harness.timing import FLUSH_BYTES, L2Flusher, capture_graph
 SHAPES = "4x1024,4x8192,32x1024,32x8192,64x1024,64x8192,256x1024,256x8192"
 
 
+def shape_list(text):
+    """``"4x1024,256x8192"``, or ``"64,1,4096,32;32,2,4096"`` (";" separates shapes given as B,Lq,Lk[,H])."""
+    return [t for t in text.split(";" if ";" in text else ",") if t.strip()]
+
+
 def bench_case(label):
     """The benchmark's inputs for ``"BxLk"`` (q_seq_len 1, 16 heads; ``"B,Lq,Lk[,H]"`` also works)."""
     text = label.replace("x", ",1,", 1) if label.count("x") == 1 and "," not in label else label
@@ -103,7 +108,7 @@ def main():
         except Exception:
             peers = None
 
-    for shape in a.shapes.split(","):
+    for shape in shape_list(a.shapes):
         case = bench_case(shape)
         q, _, qo_indptr, kv_indptr, _ = case.data
         for fmt in a.formats.split(","):

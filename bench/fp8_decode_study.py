@@ -71,14 +71,14 @@ def main():
     from mixmla.harness.timing import L2Flusher, capture_graph
     from mixmla.plan import default_config
 
-    from flush_study import bench_case
+    from flush_study import bench_case, shape_list
     from overhead_study import parse_configs, time_graph
 
     os.makedirs(a.out, exist_ok=True)
     log = open(os.path.join(a.out, "fp8_decode_study.jsonl"), "a")
     read_flush = L2Flusher(mode="read").flush
     factor = 256.0 if a.decoder == "int" else 1.0
-    for shape in a.shapes.split(","):
+    for shape in shape_list(a.shapes):
         case = bench_case(shape)
         q, _, qo_indptr, kv_indptr, _ = case.data
         cache, ref = case.cache("fp8"), case.ref("fp8")

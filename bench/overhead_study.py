@@ -24,7 +24,7 @@ from mixmla.check import check_strict
 from mixmla.harness.timing import L2Flusher, capture_graph
 from mixmla.plan import default_config, rows_per_request
 
-from flush_study import bench_case, time_graphs
+from flush_study import bench_case, shape_list, time_graphs
 
 SHAPES = "4x1024,4x8192,32x1024,32x8192,64x1024,64x8192,256x1024,256x8192"
 
@@ -66,7 +66,7 @@ def main():
     write_flush = L2Flusher(mode="write").flush
     real_combine = launch_module.mla_combine_kernel
     rows = []
-    for shape in a.shapes.split(","):
+    for shape in shape_list(a.shapes):
         case = bench_case(shape)
         q, _, qo_indptr, kv_indptr, _ = case.data
         for fmt in a.formats.split(","):
