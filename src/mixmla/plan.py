@@ -73,26 +73,14 @@ def block_rows(rows_max: int) -> int:
     return min(MAX_BLOCK_R, max(MIN_BLOCK_R, _next_pow2(rows_max)))
 
 
-#: Formats whose 32-row programs (H = 32, or Lq * H = 32) run faster with 8 warps than with 4: with
-#: 4 the fp8 and MXFP4 programs spill 200 and 296 bytes per thread (bf16 40). On the H200 at
-#: 64 x 4096, H = 32 and at 32 x 4096, Lq = 2: fp8 154.8 -> 152.5 and 87.1 -> 85.9 us, MXFP4
-#: 210.3 -> 200.5 and 133.7 -> 125.8; bf16 slower (108.1 -> 126.4), so it keeps 4
-#: (bench/overhead_study.py, bench/results/2026-11-30-s3/overhead_study-4-32-rows.jsonl).
-EIGHT_WARPS_AT_32_ROWS = ("fp8", "mxfp4")
-
-
 def default_config(fmt: str, rows_max: int = MIN_BLOCK_R) -> KernelConfig:
-    """``DEFAULT_CONFIGS[fmt]``, adapted to the rows a program holds. 64-row programs (H >= 64, or
-    Lq * H >= 64): 2 pipeline stages (3 would not fit an SM's shared memory: bf16 needs 288 KB) and
-    8 warps (with 4, the 64 x 512 float32 accumulator is 256 registers per thread and spills; on
-    the H200 at H = 128, 32 x 4096: bf16 296 -> 163 us, fp8 301 -> 194, MXFP4 431 -> 303,
-    bench/wide_heads.py). 32-row programs: 8 warps for the formats in ``EIGHT_WARPS_AT_32_ROWS``."""
+    """``DEFAULT_CONFIGS[fmt]``, adapted to 64-row programs (H >= 64, or Lq * H >= 64): 2 pipeline
+    stages (3 would not fit an SM's shared memory: bf16 needs 288 KB) and 8 warps (with 4, the
+    64 x 512 float32 accumulator is 256 registers per thread and spills; on the H200 at H = 128,
+    32 x 4096: bf16 296 -> 163 us, fp8 301 -> 194, MXFP4 431 -> 303, bench/wide_heads.py)."""
     config = DEFAULT_CONFIGS[fmt]
-    rows = block_rows(rows_max)
-    if rows >= MAX_BLOCK_R:
+    if block_rows(rows_max) >= MAX_BLOCK_R:
         config = replace(config, num_stages=min(config.num_stages, 2), num_warps=max(config.num_warps, 8))
-    elif rows == 2 * MIN_BLOCK_R and fmt in EIGHT_WARPS_AT_32_ROWS:
-        config = replace(config, num_warps=8)
     return config
 
 
