@@ -1,0 +1,65 @@
+"""Ahead-of-time compilation of the Hopper kernel (also on machines without a GPU).
+
+``compile_decode(spec)`` builds one specialization with ``triton.compile`` for sm_90a and returns
+the ``CompiledKernel``; compiled kernels are cached on disk by Triton and in memory here, so a
+launch never goes through the ``@jit`` dispatcher. ``SIGNATURE`` is the kernel's argument list, the
+one place it is written down.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass
+
+#: The kernel's parameters in order with their Triton types ("constexpr" for specialization
+#: constants). Pointer arguments are 16-byte aligned (checked on the host before a launch).
+SIGNATURE = {
+    "q_ptr": "*bf16", "stride_qt": "i32", "stride_qh": "i32",
+    "kv_ptr": "*i32", "kv_stride": "i32", "sc_ptr": "*u8", "sc_stride": "i32", "fp8_scale_ptr": "*fp32",
+    "kv_indptr": "*i32", "qo_indptr": "*i32",
+    "out_ptr": "*bf16", "stride_ot": "i32", "stride_oh": "i32", "lse_ptr": "*fp32", "stride_lt": "i32",
+    "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "counter_ptr": "*i32",
+    "batch": "i32", "sm_scale": "fp32",
+    "H": "constexpr", "ROWS": "constexpr", "FORMAT": "constexpr", "BLOCK_B": "constexpr", "C0": "constexpr",
+    "WRITE_LSE": "constexpr",
+}
+#: What the kernel may assume of an argument: pointers 16-byte aligned, the cache row stride (in
+#: 32-bit words) a multiple of 8. ``launch.unsupported_reason`` checks the cache; the other tensors
+#: are the library's own or contiguous (q, out: strides multiples of 512 elements).
+DIVISIBILITY = {"q_ptr": 16, "kv_ptr": 16, "out_ptr": 16, "part_o_ptr": 16, "part_lse_ptr": 16, "kv_stride": 8,
+                "stride_qt": 16, "stride_qh": 16, "stride_ot": 16, "stride_oh": 16}
+NUM_WARPS = 4
+#: Register cap per thread: two programs share an SM (2 x 128 threads x 255 registers fit its 64 K).
+MAX_REGISTERS = 255
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One specialization: H query heads, ROWS query rows per request, FORMAT (1 fp8, 2 MXFP4),
+    BLOCK_B (power of two >= batch, >= 128), C0 (fixed cost of a request, in tiles), WRITE_LSE."""
+
+    H: int
+    ROWS: int
+    FORMAT: int
+    BLOCK_B: int
+    C0: int
+    WRITE_LSE: bool
+
+    def constexprs(self) -> dict:
+        return asdict(self)
+
+
+@functools.lru_cache(maxsize=None)
+def compile_decode(spec: KernelSpec):
+    """The compiled kernel for ``spec`` (sm_90a cubin and PTX in ``.asm``)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from .decode import mla_decode_hopper_kernel
+
+    names = list(SIGNATURE)
+    attrs = {(names.index(n), ): [["tt.divisibility", d]] for n, d in DIVISIBILITY.items()}
+    src = GluonASTSource(mla_decode_hopper_kernel, dict(SIGNATURE), constexprs=spec.constexprs(), attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": NUM_WARPS, "maxnreg": MAX_REGISTERS})

@@ -1,0 +1,312 @@
+"""The Hopper (sm_90a) MLA decode kernel for fp8 and MXFP4 caches, in Gluon.
+
+One launch does the whole call. The grid is persistent (two programs per SM, each one warpgroup);
+every program derives its share of the work from the indptrs on the device: each request costs its
+tiles of 64 cached tokens plus ``C0`` units of fixed cost, the units of all requests are cut into
+``num_programs`` equal ranges, and a program walks the (request, tile range) segments of its range.
+A request that lies inside one range is written directly; one cut by range ends leaves a normalized
+partial result and its log-sum-exp per piece, and the program that finishes last (an atomic count
+per request) merges the pieces in range order, so the result does not depend on timing.
+
+Per 64-token tile (``S^T = K Q^T`` with tokens in the matrix unit's M slot, query rows in N):
+each 64-column chunk is decoded from registers loaded one tile ahead straight into the ``wgmma``
+A-operand layout (``layouts``), its value columns are also stored once to shared memory, and its
+score product is issued while the next chunk decodes. Then the online softmax (float32, base 2),
+P^T to shared memory and ``O^T += V^T P^T`` with V^T read from the stored values. While one
+program decodes, the other program on the SM keeps the tensor cores busy.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
+                                                               warpgroup_mma_init, warpgroup_mma_wait)
+
+from . import fp8, mxfp4
+from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, chunk_column, p_layout, q_layout,
+                      score_layout, to_key_operand, v_layout)
+
+FMT_FP8 = gl.constexpr(1)
+FMT_MXFP4 = gl.constexpr(2)
+VALUE_DIM = gl.constexpr(512)
+LOG2E = gl.constexpr(1.4426950408889634)
+LN2 = gl.constexpr(0.6931471805599453)
+
+
+@gluon.jit
+def _add(a, b):
+    return a + b
+
+
+@gluon.jit
+def _range_bound(i, num_programs, total):
+    """First cost unit of program ``i``'s range (ranges are ``[bound(i), bound(i+1))``)."""
+    return (i.to(gl.int64) * total // num_programs).to(gl.int32)
+
+
+@gluon.jit
+def _program_of(u, num_programs, total):
+    """The program whose range holds cost unit ``u``: the last ``i`` with ``bound(i) <= u``."""
+    return (((u + 1).to(gl.int64) * num_programs + total - 1) // total - 1).to(gl.int32)
+
+
+@gluon.jit
+def _fence_gpu():
+    """fence.acq_rel.gpu in every thread: orders this thread's global writes before (release) or its
+    reads after (acquire) a barrier and the request's atomic count."""
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    gl.inline_asm_elementwise("fence.acq_rel.gpu; mov.u32 $0, 0;", "=r,r", [gl.full([128], 0, gl.int32, one)],
+                              dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _opaque_zero(zero_smem):
+    """0, read from shared memory: a shared-memory view indexed by it is recomputed where it is used.
+    Otherwise the compiler hoists the 72 matrix descriptors of the loop-invariant query and value
+    buffers out of the tile loop and keeps them in registers (spilling)."""
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    return gl.sum(zero_smem.load(one), axis=0)
+
+
+@gluon.jit
+def _load_chunk(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok, C: gl.constexpr):
+    if FORMAT == FMT_MXFP4:
+        return mxfp4.load_chunk(kv_ptr, row_off, sc_ptr, sc_off, ok, C)
+    else:
+        return fp8.load_chunk(kv_ptr, row_off, ok, C)
+
+
+@gluon.jit
+def _decode_chunk(FORMAT: gl.constexpr, raw):
+    if FORMAT == FMT_MXFP4:
+        return mxfp4.decode_chunk(raw[0], raw[1])
+    else:
+        return fp8.decode_chunk(raw)
+
+
+@gluon.jit
+def _tile_rows(FORMAT: gl.constexpr, kv_lo, kv_len, t, live, kv_stride, sc_stride):
+    """Offsets of tile ``t``'s token rows (cache rows in 32-bit words, MXFP4 scale rows in bytes)
+    and which rows exist."""
+    WPT: gl.constexpr = 2 if FORMAT == FMT_MXFP4 else 4
+    row_l: gl.constexpr = gl.SliceLayout(1, chunk_word_layout(WPT))
+    pos = t * TILE + gl.arange(0, TILE, layout=row_l)
+    ok = (pos < kv_len) & live
+    row = (kv_lo + pos).to(gl.int64)
+    return row * kv_stride, row * sc_stride, ok
+
+
+@gluon.jit
+def _load_tile(FORMAT: gl.constexpr, kv_ptr, sc_ptr, kv_stride, sc_stride, kv_lo, kv_len, t, live):
+    row_off, sc_off, ok = _tile_rows(FORMAT, kv_lo, kv_len, t, live, kv_stride, sc_stride)
+    raw = ()
+    for c in gl.static_range(NUM_CHUNKS):
+        raw = raw + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )
+    return raw
+
+
+@gluon.jit
+def _stage_query(FORMAT: gl.constexpr, q_smem, q_ptr, stride_qt, stride_qh, q_lo, q_len, H: gl.constexpr,
+                 ROWS: gl.constexpr):
+    """Writes the request's query rows (row n = query token n // H, head n % H) into ``q_smem``
+    (NUM_CHUNKS, ROWS, CHUNK), columns in ``chunk_column`` order. fp8 caches compute in f16: each
+    row is scaled by a power of two that puts its largest magnitude in [2**14, 2**15) (no overflow,
+    11 significant bits). Returns that per-row multiplier (1 for MXFP4), (ROWS,) float32."""
+    ql: gl.constexpr = gl.BlockedLayout([ROWS // 16, 8], [4, 8], [4, 1], [1, 0])
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, ql))
+    cols = chunk_column(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, ql)))
+    ok = rows < q_len * H
+    row_ptr = q_ptr + (q_lo + rows // H).to(gl.int64) * stride_qt + (rows % H) * stride_qh
+    if FORMAT == FMT_FP8:
+        chunks = ()
+        amax = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, ql))
+        for c in gl.static_range(NUM_CHUNKS):
+            x = gl.load(row_ptr[:, None] + (CHUNK * c + cols)[None, :], mask=ok[:, None], other=0.0).to(gl.float32)
+            amax = gl.maximum(amax, gl.max(gl.abs(x), axis=1))
+            chunks = chunks + (x, )
+        exponent = gl.maximum((amax.to(gl.int32, bitcast=True) >> 23) & 0xFF, 15)
+        mult = ((268 - exponent) << 23).to(gl.float32, bitcast=True)
+        for c in gl.static_range(NUM_CHUNKS):
+            q_smem.index(c).store((chunks[c] * mult[:, None]).to(gl.float16))
+    else:
+        for c in gl.static_range(NUM_CHUNKS):
+            q_smem.index(c).store(gl.load(row_ptr[:, None] + (CHUNK * c + cols)[None, :], mask=ok[:, None], other=0.0))
+        mult = gl.full([ROWS], 1.0, gl.float32, gl.SliceLayout(1, ql))
+    fence_async_shared()
+    return mult
+
+
+@gluon.jit
+def _finish(m, l):
+    """(1 / l, base-2 log-sum-exp) of finished rows; 0 and -inf for a row that saw nothing."""
+    empty = l == 0.0
+    inv_l = gl.where(empty, 0.0, 1.0 / gl.where(empty, 1.0, l))
+    lse2 = gl.where(empty, float("-inf"), m + gl.log2(gl.where(empty, 1.0, l)))
+    return inv_l, lse2
+
+
+@gluon.jit
+def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
+                 first, last, start_b, num_programs, total, H: gl.constexpr, ROWS: gl.constexpr,
+                 WRITE_LSE: gl.constexpr):
+    """Merges the partial results of one request, range by range in program order."""
+    ml: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, ml))
+    cols = gl.arange(0, VALUE_DIM, layout=gl.SliceLayout(0, ml))
+    m = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, ml))
+    w = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, ml))
+    o = gl.zeros([ROWS, VALUE_DIM], gl.float32, ml)
+    for i in range(first, last + 1):
+        lo = _range_bound(i, num_programs, total)
+        if lo < _range_bound(i + 1, num_programs, total):
+            slot = 2 * i + ((i == first) & (lo < start_b)).to(gl.int32)
+            lse_i = gl.load(part_lse_ptr + slot * ROWS + rows)
+            o_i = gl.load(part_o_ptr + (slot * ROWS + rows).to(gl.int64)[:, None] * VALUE_DIM + cols[None, :])
+            m_new = gl.maximum(m, lse_i)
+            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.exp2(m - m_safe)
+            wi = gl.exp2(lse_i - m_safe)
+            o = o * alpha[:, None] + o_i * wi[:, None]
+            w = w * alpha + wi
+            m = m_new
+    inv_w, lse2 = _finish(m, w)
+    ok = rows < q_len * H
+    tok = (q_lo + rows // H).to(gl.int64)
+    out_rows = out_ptr + tok * stride_ot + (rows % H) * stride_oh
+    gl.store(out_rows[:, None] + cols[None, :], (o * inv_w[:, None]).to(gl.bfloat16), mask=ok[:, None])
+    if WRITE_LSE:
+        gl.store(lse_ptr + tok * stride_lt + rows % H, lse2 * LN2, mask=ok)
+
+
+@gluon.jit
+def mla_decode_hopper_kernel(
+    q_ptr, stride_qt, stride_qh,
+    kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr,
+    kv_indptr, qo_indptr,
+    out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
+    part_o_ptr, part_lse_ptr, counter_ptr,
+    batch, sm_scale,
+    H: gl.constexpr, ROWS: gl.constexpr, FORMAT: gl.constexpr, BLOCK_B: gl.constexpr, C0: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+):
+    """Grid: (programs,), persistent; one warpgroup (4 warps) per program.
+
+    q (total_q, H, 576) bf16, strides (stride_qt, stride_qh, 1). kv: the cache rows as 32-bit words
+    (MXFP4: 288 code bytes, fp8 e4m3fn: 576), row stride kv_stride words; sc: MXFP4 E8M0 rows,
+    stride sc_stride bytes (unused for fp8); fp8_scale_ptr: the fp8 tensor scale, one float32.
+    kv_indptr, qo_indptr (batch+1,) int32. out (total_q, H, 512) bf16; lse (total_q, H) float32
+    natural log (if WRITE_LSE). Workspace: part_o (2 * programs, ROWS, 512) float32, part_lse
+    (2 * programs, ROWS) float32, counter (batch,) int32, zero before the first launch and left
+    zero. ROWS: query rows per request covered (>= Lq * H, 16). BLOCK_B: power of two >= max(batch,
+    128). C0: fixed cost of a request in tile units (balance only).
+    """
+    gl.static_assert(ROWS == 16, "the Hopper kernel covers 16 query rows per request")
+    acc_l: gl.constexpr = score_layout(ROWS)
+    MMA_DT: gl.constexpr = gl.float16 if FORMAT == FMT_FP8 else gl.bfloat16
+    q_smem = gl.allocate_shared_memory(MMA_DT, [NUM_CHUNKS, ROWS, CHUNK], q_layout())
+    v_all = gl.allocate_shared_memory(MMA_DT, [1, TILE, VALUE_DIM], v_layout())
+    p_all = gl.allocate_shared_memory(MMA_DT, [1, TILE, ROWS], p_layout(ROWS))
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    zero_smem = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]),
+                                          gl.zeros([1], gl.int32, one))
+
+    pid = gl.program_id(0)
+    num_programs = gl.num_programs(0)
+    bl: gl.constexpr = gl.BlockedLayout([BLOCK_B // 128], [32], [4], [0])
+    bi = gl.arange(0, BLOCK_B, layout=bl)
+    live_b = bi < batch
+    lens = gl.load(kv_indptr + bi + 1, mask=live_b, other=0) - gl.load(kv_indptr + bi, mask=live_b, other=0)
+    cost = gl.where(live_b, (lens + TILE - 1) // TILE + C0, 0)
+    cum = gl.associative_scan(cost, 0, _add)
+    total = gl.sum(cost, axis=0)
+    u_begin = _range_bound(pid, num_programs, total)
+    u_end = _range_bound(pid + 1, num_programs, total)
+
+    kscale = 1.0
+    if FORMAT == FMT_FP8:
+        kscale = gl.load(fp8_scale_ptr)
+    n = gl.arange(0, ROWS, layout=gl.SliceLayout(0, acc_l))
+    d = gl.arange(0, VALUE_DIM, layout=gl.SliceLayout(1, acc_l))
+    r_s = gl.arange(0, TILE, layout=gl.SliceLayout(1, acc_l))
+
+    if u_begin < u_end:
+        b_first = gl.sum((cum <= u_begin).to(gl.int32), axis=0)
+        b_last = gl.sum((cum < u_end).to(gl.int32), axis=0)
+        for b in range(b_first, b_last + 1):
+            cum_b = gl.sum(gl.where(bi == b, cum, 0), axis=0)
+            start_b = cum_b - gl.sum(gl.where(bi == b, cost, 0), axis=0)
+            kv_lo = gl.load(kv_indptr + b)
+            kv_len = gl.load(kv_indptr + b + 1) - kv_lo
+            q_lo = gl.load(qo_indptr + b)
+            q_len = gl.load(qo_indptr + b + 1) - q_lo
+            n_tiles = (kv_len + TILE - 1) // TILE
+            t_begin = gl.minimum(gl.maximum(gl.maximum(u_begin, start_b) - start_b - C0, 0), n_tiles)
+            t_end = gl.minimum(gl.maximum(gl.minimum(u_end, cum_b) - start_b - C0, 0), n_tiles)
+            first = _program_of(start_b, num_programs, total)
+            last = _program_of(cum_b - 1, num_programs, total)
+            nparts = 0
+            for i in range(first, last + 1):
+                nparts += (_range_bound(i, num_programs, total) < _range_bound(i + 1, num_programs, total)).to(gl.int32)
+
+            raw = _load_tile(FORMAT, kv_ptr, sc_ptr, kv_stride, sc_stride, kv_lo, kv_len, t_begin, t_begin < t_end)
+            q_mult = _stage_query(FORMAT, q_smem, q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
+            qk = (sm_scale * LOG2E * kscale) / gl.convert_layout(q_mult, gl.SliceLayout(0, acc_l))
+            last_visible = kv_len - q_len + n // H
+            row_ok = n < q_len * H
+
+            m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(0, acc_l))
+            l_acc = gl.zeros([TILE, ROWS], gl.float32, acc_l)
+            st = gl.zeros([TILE, ROWS], gl.float32, acc_l)
+            acc = warpgroup_mma_init(gl.zeros([VALUE_DIM, ROWS], gl.float32, acc_l))
+            for t in range(t_begin, t_end):
+                # The value product of the previous tile still reads v_smem.
+                acc = warpgroup_mma_wait(0, deps=(acc, ))
+                row_off, sc_off, ok = _tile_rows(FORMAT, kv_lo, kv_len, t + 1, t + 1 < t_end, kv_stride, sc_stride)
+                nxt = ()
+                for c in gl.static_range(NUM_CHUNKS):
+                    vals = _decode_chunk(FORMAT, raw[c])
+                    nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )
+                    if c < VALUE_CHUNKS:
+                        v_all.index(0).slice(CHUNK * c, CHUNK, dim=1).store(vals)
+                    q_c = q_smem.index(c + _opaque_zero(zero_smem))
+                    st = warpgroup_mma(to_key_operand(vals, ROWS), q_c.permute((1, 0)), st,
+                                       use_acc=c > 0, is_async=True)
+                    if c > 0:
+                        st = warpgroup_mma_wait(1, deps=(st, ))
+                raw = nxt
+                st = warpgroup_mma_wait(0, deps=(st, ))
+                pos = t * TILE + r_s
+                visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
+                s = gl.where(visible, st * qk[None, :], float("-inf"))
+                m_new = gl.maximum(m_i, gl.max(s, axis=0))
+                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+                p = gl.exp2(s - m_safe[None, :])
+                alpha = gl.exp2(m_i - m_safe)
+                l_acc = l_acc * alpha[None, :] + p
+                m_i = m_new
+                acc = acc * alpha[None, :]
+                z = _opaque_zero(zero_smem)
+                p_smem = p_all.index(z)
+                p_smem.store(p.to(MMA_DT))
+                fence_async_shared()
+                acc = warpgroup_mma(v_all.index(z).permute((1, 0)), p_smem, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc, ))
+            inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))
+            o = acc * (inv_l * kscale)[None, :]
+            tok = (q_lo + n // H).to(gl.int64)
+            if nparts == 1:
+                out_rows = out_ptr + tok * stride_ot + (n % H) * stride_oh
+                gl.store(out_rows[None, :] + d[:, None], o.to(gl.bfloat16), mask=row_ok[None, :])
+                if WRITE_LSE:
+                    gl.store(lse_ptr + tok * stride_lt + n % H, lse2 * LN2, mask=row_ok)
+            else:
+                slot = 2 * pid + (b != b_first).to(gl.int32)
+                gl.store(part_o_ptr + (slot * ROWS + n).to(gl.int64)[None, :] * VALUE_DIM + d[:, None], o)
+                gl.store(part_lse_ptr + slot * ROWS + n, lse2)
+                _fence_gpu()
+                gl.thread_barrier()
+                done = gl.atomic_add(counter_ptr + b, 1, sem="acq_rel", scope="gpu")
+                if done == nparts - 1:
+                    _fence_gpu()
+                    _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo,
+                                 q_len, first, last, start_b, num_programs, total, H, ROWS, WRITE_LSE)
+                    gl.store(counter_ptr + b, 0)

@@ -1,0 +1,96 @@
+"""Host side of the Hopper kernel: which calls it serves, its workspace, and the launch.
+
+``HopperDecoder`` is made once per batch layout (batch size, heads, query rows, format, device);
+``launch`` then enqueues exactly one kernel, with no host synchronization and no allocation, so it
+can be captured in a CUDA graph. The kernel derives every request's bounds and its own share of
+the work from the indptrs on the device, so the lengths may change from launch to launch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...formats import Fp8Cache, KVCache, Mxfp4Cache
+from .compile import KernelSpec, compile_decode
+
+FMT_FP8 = 1
+FMT_MXFP4 = 2
+ROWS = 16  #: query rows per request the kernel covers (heads x query tokens)
+PROGRAMS_PER_SM = 2
+#: Fixed cost of a request, in units of one 64-token tile, in the work split between programs.
+REQUEST_COST_TILES = 2
+VALUE_DIM = 512
+
+
+def _block_b(batch: int) -> int:
+    return max(128, 1 << max(0, batch - 1).bit_length())
+
+
+def unsupported_reason(cache: KVCache, num_heads: int, rows_max: int, device: torch.device) -> str | None:
+    """Why the Hopper kernel cannot serve these calls, or None if it can. ``rows_max`` is the most
+    query rows (query tokens x heads) of any request."""
+    if device.type != "cuda":
+        return "not a CUDA device"
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        return f"needs an sm_90 GPU (Hopper), got sm_{''.join(map(str, torch.cuda.get_device_capability(device)))}"
+    if rows_max > ROWS:
+        return f"covers at most {ROWS} query rows per request (heads x query tokens), got {rows_max}"
+    if isinstance(cache, Fp8Cache):
+        if cache.is_fnuz:
+            return "fp8 e4m3fnuz caches are read by the portable kernel"
+        data = cache.data
+    elif isinstance(cache, Mxfp4Cache):
+        data = cache.data
+    else:
+        return f"{cache.format} caches are read by the portable kernel"
+    if data.data_ptr() % 16 or (data.stride(0) * data.element_size()) % 32:
+        return "cache rows must start at a 16-byte aligned address with a row stride that is a multiple of 32 bytes"
+    return None
+
+
+class HopperDecoder:
+    """Workspace and compiled kernel for one batch layout.
+
+    batch: requests; num_heads: H; fmt: 'fp8' or 'mxfp4'; device: a CUDA device; write_lse: also
+    write the log-sum-exp. ``launch(...)`` writes ``out`` (and ``lse``).
+    """
+
+    def __init__(self, batch: int, num_heads: int, fmt: str, device: torch.device, write_lse: bool = True):
+        self.batch = int(batch)
+        self.num_heads = int(num_heads)
+        self.format = {"fp8": FMT_FP8, "mxfp4": FMT_MXFP4}[fmt]
+        self.device = device
+        self.programs = PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+        self.spec = KernelSpec(H=self.num_heads, ROWS=ROWS, FORMAT=self.format, BLOCK_B=_block_b(self.batch),
+                               C0=REQUEST_COST_TILES, WRITE_LSE=bool(write_lse))
+        self.kernel = compile_decode(self.spec)
+        self.part_o = torch.empty(2 * self.programs, ROWS, VALUE_DIM, dtype=torch.float32, device=device)
+        self.part_lse = torch.empty(2 * self.programs, ROWS, dtype=torch.float32, device=device)
+        # Zero once; every launch leaves it zero (the merging program resets its request's count).
+        self.counters = torch.zeros(max(1, self.batch), dtype=torch.int32, device=device)
+        self._dummy_scale = torch.ones(1, dtype=torch.float32, device=device)
+
+    def launch(self, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor,
+               out: torch.Tensor, lse: torch.Tensor | None, sm_scale: float) -> None:
+        """q (total_q, H, 576) bf16; cache Fp8Cache (e4m3fn) or Mxfp4Cache; kv_indptr, qo_indptr
+        (batch+1,) int32 on the device; out (total_q, H, 512) bf16; lse (total_q, H) float32 or None
+        (then the spec must have write_lse False, or lse points at a scratch buffer)."""
+        if isinstance(cache, Mxfp4Cache):
+            data, scales, fp8_scale = cache.data, cache.scales, self._dummy_scale
+            sc_stride = scales.stride(0)
+        else:
+            data, scales, fp8_scale = cache.data.view(torch.uint8), cache.data.view(torch.uint8), cache.scale
+            sc_stride = 0
+        kv_stride_words = data.stride(0) // 4
+        lse_t = lse if lse is not None else self.part_lse
+        lse_stride = lse.stride(0) if lse is not None else 0
+        k = self.kernel
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        k.run(self.programs, 1, 1, stream, k.function, k.packed_metadata, None, None, None,
+              q.data_ptr(), q.stride(0), q.stride(1),
+              data.data_ptr(), kv_stride_words, scales.data_ptr(), sc_stride, fp8_scale.data_ptr(),
+              kv_indptr.data_ptr(), qo_indptr.data_ptr(),
+              out.data_ptr(), out.stride(0), out.stride(1), lse_t.data_ptr(), lse_stride,
+              self.part_o.data_ptr(), self.part_lse.data_ptr(), self.counters.data_ptr(),
+              self.batch, float(sm_scale),
+              *([None] * 6))
