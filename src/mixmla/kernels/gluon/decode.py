@@ -76,9 +76,9 @@ def _load_chunk(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok, C: gl
 
 
 @gluon.jit
-def _decode_chunk(FORMAT: gl.constexpr, raw):
+def _decode_chunk(FORMAT: gl.constexpr, raw, tables):
     if FORMAT == FMT_MXFP4:
-        return mxfp4.decode_chunk(raw[0], raw[1])
+        return mxfp4.decode_chunk(raw[0], raw[1], tables)
     else:
         return fp8.decode_chunk(raw)
 
@@ -145,36 +145,71 @@ def _finish(m, l):
 
 
 @gluon.jit
+def _part_slots(ids, first, start_b, num_programs, total):
+    """Workspace slots of the partial results programs ``ids`` left for a request (int32 tensor) and
+    which of them exist (a program with an empty range left none)."""
+    lo = _range_bound(ids, num_programs, total)
+    exists = lo < _range_bound(ids + 1, num_programs, total)
+    return 2 * ids + ((ids == first) & (lo < start_b)).to(gl.int32), exists
+
+
+@gluon.jit
 def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
                  first, last, start_b, num_programs, total, H: gl.constexpr, ROWS: gl.constexpr,
                  WRITE_LSE: gl.constexpr):
-    """Merges the partial results of one request, range by range in program order."""
-    ml: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
-    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, ml))
-    cols = gl.arange(0, VALUE_DIM, layout=gl.SliceLayout(0, ml))
-    m = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, ml))
-    w = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, ml))
-    o = gl.zeros([ROWS, VALUE_DIM], gl.float32, ml)
-    for i in range(first, last + 1):
-        lo = _range_bound(i, num_programs, total)
-        if lo < _range_bound(i + 1, num_programs, total):
-            slot = 2 * i + ((i == first) & (lo < start_b)).to(gl.int32)
-            lse_i = gl.load(part_lse_ptr + slot * ROWS + rows)
-            o_i = gl.load(part_o_ptr + (slot * ROWS + rows).to(gl.int64)[:, None] * VALUE_DIM + cols[None, :])
-            m_new = gl.maximum(m, lse_i)
-            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = gl.exp2(m - m_safe)
-            wi = gl.exp2(lse_i - m_safe)
-            o = o * alpha[:, None] + o_i * wi[:, None]
-            w = w * alpha + wi
-            m = m_new
+    """Merges the partial results of one request (programs ``first .. last`` each left one).
+
+    A first pass over the log-sum-exps gives the merged one; then each quarter of the 512 output
+    columns is summed over the parts, 8 parts per load, so that a request cut into many parts
+    costs few round trips to memory. Parts are added in program order (deterministic)."""
+    PG: gl.constexpr = 16
+    ll: gl.constexpr = gl.BlockedLayout([PG, 1], [1, 32], [1, 4], [1, 0])
+    rows_l = gl.arange(0, ROWS, layout=gl.SliceLayout(0, ll))
+    m = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(0, ll))
+    w = gl.zeros([ROWS], gl.float32, gl.SliceLayout(0, ll))
+    for g0 in range(first, last + 1, PG):
+        ids = g0 + gl.arange(0, PG, layout=gl.SliceLayout(1, ll))
+        slots, ok = _part_slots(ids, first, start_b, num_programs, total)
+        ok = ok & (ids <= last)
+        lse_i = gl.load(part_lse_ptr + slots[:, None] * ROWS + rows_l[None, :], mask=ok[:, None] & (rows_l < ROWS)[None, :],
+                        other=float("-inf"))
+        m_new = gl.maximum(m, gl.max(lse_i, axis=0))
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        w = w * gl.exp2(m - m_safe) + gl.sum(gl.exp2(lse_i - m_safe[None, :]), axis=0)
+        m = m_new
     inv_w, lse2 = _finish(m, w)
-    ok = rows < q_len * H
+    m_safe = gl.where(m == float("-inf"), 0.0, m)
+
+    OG: gl.constexpr = 8
+    COLS: gl.constexpr = VALUE_DIM // 4
+    ol: gl.constexpr = gl.BlockedLayout([OG, 1, 4], [1, 4, 8], [1, 4, 1], [2, 1, 0])
+    acc_l: gl.constexpr = gl.SliceLayout(0, ol)
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_l))
+    cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, acc_l))
+    rows3 = gl.arange(0, ROWS, layout=gl.SliceLayout(0, gl.SliceLayout(2, ol)))
+    m_o = gl.convert_layout(m_safe, gl.SliceLayout(0, gl.SliceLayout(2, ol)))
+    ok_rows = rows < q_len * H
     tok = (q_lo + rows // H).to(gl.int64)
     out_rows = out_ptr + tok * stride_ot + (rows % H) * stride_oh
-    gl.store(out_rows[:, None] + cols[None, :], (o * inv_w[:, None]).to(gl.bfloat16), mask=ok[:, None])
+    scale = gl.convert_layout(inv_w, gl.SliceLayout(1, acc_l))
+    for quarter in gl.static_range(4):
+        acc = gl.zeros([ROWS, COLS], gl.float32, acc_l)
+        for g0 in range(first, last + 1, OG):
+            ids = g0 + gl.arange(0, OG, layout=gl.SliceLayout(1, gl.SliceLayout(2, ol)))
+            slots, ok = _part_slots(ids, first, start_b, num_programs, total)
+            ok = ok & (ids <= last)
+            lse_i = gl.load(part_lse_ptr + slots[:, None] * ROWS + rows3[None, :], mask=ok[:, None], other=float("-inf"))
+            wi = gl.exp2(lse_i - m_o[None, :])
+            base = part_o_ptr + (slots[:, None] * ROWS + rows3[None, :]).to(gl.int64) * VALUE_DIM + COLS * quarter
+            o_i = gl.load(gl.expand_dims(base, 2) + gl.expand_dims(gl.expand_dims(cols, 0), 0),
+                          mask=gl.expand_dims(ok[:, None] & (rows3 < ROWS)[None, :], 2), other=0.0)
+            acc += gl.sum(o_i * gl.expand_dims(wi, 2), axis=0)
+        gl.store(out_rows[:, None] + (COLS * quarter + cols)[None, :], (acc * scale[:, None]).to(gl.bfloat16),
+                 mask=ok_rows[:, None])
     if WRITE_LSE:
-        gl.store(lse_ptr + tok * stride_lt + rows % H, lse2 * LN2, mask=ok)
+        lrows = gl.arange(0, ROWS, layout=gl.SliceLayout(0, ll))
+        ltok = (q_lo + lrows // H).to(gl.int64)
+        gl.store(lse_ptr + ltok * stride_lt + lrows % H, lse2 * LN2, mask=lrows < q_len * H)
 
 
 @gluon.jit
@@ -203,7 +238,11 @@ def mla_decode_hopper_kernel(
     acc_l: gl.constexpr = score_layout(ROWS)
     MMA_DT: gl.constexpr = gl.float16 if FORMAT == FMT_FP8 else gl.bfloat16
     q_smem = gl.allocate_shared_memory(MMA_DT, [NUM_CHUNKS, ROWS, CHUNK], q_layout())
-    v_all = gl.allocate_shared_memory(MMA_DT, [1, TILE, VALUE_DIM], v_layout())
+    # One buffer per 64 value columns: the compiler's shared-memory hazard analysis treats stores to
+    # slices of one buffer as conflicting and would put a barrier between consecutive chunks.
+    v_bufs = ()
+    for c in gl.static_range(VALUE_CHUNKS):
+        v_bufs = v_bufs + (gl.allocate_shared_memory(MMA_DT, [1, TILE, CHUNK], v_layout()), )
     p_all = gl.allocate_shared_memory(MMA_DT, [1, TILE, ROWS], p_layout(ROWS))
     one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     zero_smem = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]),
@@ -222,10 +261,15 @@ def mla_decode_hopper_kernel(
     u_end = _range_bound(pid + 1, num_programs, total)
 
     kscale = 1.0
+    tables = ()
     if FORMAT == FMT_FP8:
         kscale = gl.load(fp8_scale_ptr)
+    else:
+        tables = mxfp4.decode_tables(_opaque_zero(zero_smem))
     n = gl.arange(0, ROWS, layout=gl.SliceLayout(0, acc_l))
-    d = gl.arange(0, VALUE_DIM, layout=gl.SliceLayout(1, acc_l))
+    # Row k of a value accumulator is stored column chunk_column(k) of its chunk (the value tile is
+    # written in the key operand's column order).
+    dcol = chunk_column(gl.arange(0, CHUNK, layout=gl.SliceLayout(1, acc_l)))
     r_s = gl.arange(0, TILE, layout=gl.SliceLayout(1, acc_l))
 
     if u_begin < u_end:
@@ -256,19 +300,21 @@ def mla_decode_hopper_kernel(
             m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(0, acc_l))
             l_acc = gl.zeros([TILE, ROWS], gl.float32, acc_l)
             st = gl.zeros([TILE, ROWS], gl.float32, acc_l)
-            acc = warpgroup_mma_init(gl.zeros([VALUE_DIM, ROWS], gl.float32, acc_l))
+            acc = ()
+            for c in gl.static_range(VALUE_CHUNKS):
+                acc = acc + (warpgroup_mma_init(gl.zeros([CHUNK, ROWS], gl.float32, acc_l)), )
             for t in range(t_begin, t_end):
-                # The value product of the previous tile still reads v_smem.
-                acc = warpgroup_mma_wait(0, deps=(acc, ))
+                # The value product of the previous tile still reads the value buffers.
+                acc = warpgroup_mma_wait(0, deps=acc)
                 row_off, sc_off, ok = _tile_rows(FORMAT, kv_lo, kv_len, t + 1, t + 1 < t_end, kv_stride, sc_stride)
                 nxt = ()
                 for c in gl.static_range(NUM_CHUNKS):
-                    vals = _decode_chunk(FORMAT, raw[c])
+                    keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)
                     nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )
                     if c < VALUE_CHUNKS:
-                        v_all.index(0).slice(CHUNK * c, CHUNK, dim=1).store(vals)
+                        v_bufs[c].index(0).store(keys)
                     q_c = q_smem.index(c + _opaque_zero(zero_smem))
-                    st = warpgroup_mma(to_key_operand(vals, ROWS), q_c.permute((1, 0)), st,
+                    st = warpgroup_mma(keys, q_c.permute((1, 0)), st,
                                        use_acc=c > 0, is_async=True)
                     if c > 0:
                         st = warpgroup_mma_wait(1, deps=(st, ))
@@ -283,24 +329,32 @@ def mla_decode_hopper_kernel(
                 alpha = gl.exp2(m_i - m_safe)
                 l_acc = l_acc * alpha[None, :] + p
                 m_i = m_new
-                acc = acc * alpha[None, :]
+                scaled = ()
+                for c in gl.static_range(VALUE_CHUNKS):
+                    scaled = scaled + (acc[c] * alpha[None, :], )
                 z = _opaque_zero(zero_smem)
                 p_smem = p_all.index(z)
                 p_smem.store(p.to(MMA_DT))
                 fence_async_shared()
-                acc = warpgroup_mma(v_all.index(z).permute((1, 0)), p_smem, acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=(acc, ))
+                acc = ()
+                for c in gl.static_range(VALUE_CHUNKS):
+                    acc = acc + (warpgroup_mma(v_bufs[c].index(z).permute((1, 0)), p_smem, scaled[c], is_async=True), )
+            acc = warpgroup_mma_wait(0, deps=acc)
             inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))
-            o = acc * (inv_l * kscale)[None, :]
+            factor = (inv_l * kscale)[None, :]
             tok = (q_lo + n // H).to(gl.int64)
             if nparts == 1:
                 out_rows = out_ptr + tok * stride_ot + (n % H) * stride_oh
-                gl.store(out_rows[None, :] + d[:, None], o.to(gl.bfloat16), mask=row_ok[None, :])
+                for c in gl.static_range(VALUE_CHUNKS):
+                    gl.store(out_rows[None, :] + (CHUNK * c + dcol)[:, None], (acc[c] * factor).to(gl.bfloat16),
+                             mask=row_ok[None, :])
                 if WRITE_LSE:
                     gl.store(lse_ptr + tok * stride_lt + n % H, lse2 * LN2, mask=row_ok)
             else:
                 slot = 2 * pid + (b != b_first).to(gl.int32)
-                gl.store(part_o_ptr + (slot * ROWS + n).to(gl.int64)[None, :] * VALUE_DIM + d[:, None], o)
+                part_rows = part_o_ptr + (slot * ROWS + n).to(gl.int64) * VALUE_DIM
+                for c in gl.static_range(VALUE_CHUNKS):
+                    gl.store(part_rows[None, :] + (CHUNK * c + dcol)[:, None], acc[c] * factor)
                 gl.store(part_lse_ptr + slot * ROWS + n, lse2)
                 _fence_gpu()
                 gl.thread_barrier()

@@ -22,6 +22,12 @@ cvt.rn.f16x2.e4m3x2 $3, h1;
 }""")
 
 
+#: How ``decode_chunk`` relabels the joined outputs (TILE, 16 words, 2, 2) into stored column order:
+#: split the word axis into (pair, word in pair), then order (pair, b, a, byte in register).
+JOIN_SHAPE = gl.constexpr((64, 8, 2, 2, 2))
+JOIN_ORDER = gl.constexpr((0, 1, 4, 3, 2))
+
+
 @gluon.jit
 def load_chunk(kv_ptr, row_off, tok_ok, C: gl.constexpr):
     """Words (TILE, 16) int32 of chunk ``C`` (0..8); kv_ptr an int32 view of the cache, row_off
@@ -37,7 +43,8 @@ def decode_chunk(words):
     """f16 values (TILE, 64), stored column order, of ``load_chunk``'s words."""
     x0, x1, x2, x3 = gl.inline_asm_elementwise(DECODE_ASM, "=r,=r,=r,=r,r,r", [words], dtype=(gl.float16, ) * 4,
                                                is_pure=True, pack=2)
-    # x_k at word 2u + m holds byte 2k + m of bytes 8u .. 8u+7.
+    # x_k at word 2u + m holds byte 2k + m of bytes 8u .. 8u+7. A join adds a minor axis, so
+    # j[..., w, a, b] = x_(a + 2 b) at word w.
     j = gl.join(gl.join(x0, x1), gl.join(x2, x3))
-    j = gl.permute(gl.reshape(j, [TILE, 8, 2, 2, 2]), (0, 1, 3, 4, 2))
+    j = gl.permute(gl.reshape(j, JOIN_SHAPE.value), JOIN_ORDER.value)
     return gl.reshape(j, [TILE, 64])

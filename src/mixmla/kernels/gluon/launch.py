@@ -52,15 +52,17 @@ class HopperDecoder:
     """Workspace and compiled kernel for one batch layout.
 
     batch: requests; num_heads: H; fmt: 'fp8' or 'mxfp4'; device: a CUDA device; write_lse: also
-    write the log-sum-exp. ``launch(...)`` writes ``out`` (and ``lse``).
+    write the log-sum-exp; programs: size of the persistent grid (default: two per SM).
+    ``launch(...)`` writes ``out`` (and ``lse``).
     """
 
-    def __init__(self, batch: int, num_heads: int, fmt: str, device: torch.device, write_lse: bool = True):
+    def __init__(self, batch: int, num_heads: int, fmt: str, device: torch.device, write_lse: bool = True,
+                 programs: int | None = None):
         self.batch = int(batch)
         self.num_heads = int(num_heads)
         self.format = {"fp8": FMT_FP8, "mxfp4": FMT_MXFP4}[fmt]
         self.device = device
-        self.programs = PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+        self.programs = programs or PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
         self.spec = KernelSpec(H=self.num_heads, ROWS=ROWS, FORMAT=self.format, BLOCK_B=_block_b(self.batch),
                                C0=REQUEST_COST_TILES, WRITE_LSE=bool(write_lse))
         self.kernel = compile_decode(self.spec)

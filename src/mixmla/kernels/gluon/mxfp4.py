@@ -41,16 +41,28 @@ mul.rn.bf16x2 $C, $C, $M;
 mul.rn.bf16x2 $D, $D, $M;
 """
 # Operands: $0..$7 outputs (one bf16x2 register of each of the 8 output tensors), $8 $9 the two code
-# words, $10 $11 their scale multipliers (the same value: both words are in one block).
+# words, $10 $11 their scale multipliers (the same value: both words are in one block), then the
+# four table words (``HI_TABLE_*``, ``LO_TABLE_*``), each given twice. The tables come in as registers: written in the
+# asm, ptxas keeps them in uniform registers and copies them out before every use.
+HI_TABLE_0 = gl.constexpr(0x3F3F3F00)
+HI_TABLE_1 = gl.constexpr(0x40404040)
+LO_TABLE_0 = gl.constexpr(0xC0800000 - (1 << 32))
+LO_TABLE_1 = gl.constexpr(0xC0804000 - (1 << 32))
 DECODE_ASM = gl.constexpr("""{
 .reg .b32 sel, hi4, lo4, c4, sg, ht0, ht1, lt0, lt1;
-mov.b32 ht0, 0x3F3F3F00;
-mov.b32 ht1, 0x40404040;
-mov.b32 lt0, 0xC0800000;
-mov.b32 lt1, 0xC0804000;
+mov.b32 ht0, $12;
+mov.b32 ht1, $14;
+mov.b32 lt0, $16;
+mov.b32 lt1, $18;
 """ + _WORD.replace("$N", "$8").replace("$M", "$10").replace("$A", "$0").replace("$B", "$1").replace(
     "$C", "$2").replace("$D", "$3") + _WORD.replace("$N", "$9").replace("$M", "$11").replace("$A", "$4").replace(
         "$B", "$5").replace("$C", "$6").replace("$D", "$7") + "}")
+
+
+#: How ``decode_chunk`` relabels the joined outputs (TILE, 8 words, 2, 2, 2) into stored column
+#: order: split the word axis into (lane, word in pair), then order (lane, b4, b2, a, nibble).
+JOIN_SHAPE = gl.constexpr((64, 4, 2, 2, 2, 2))
+JOIN_ORDER = gl.constexpr((0, 1, 5, 4, 3, 2))
 
 
 @gluon.jit
@@ -74,15 +86,26 @@ def load_chunk(kv_ptr, row_off, sc_ptr, sc_row_off, tok_ok, C: gl.constexpr):
 
 
 @gluon.jit
-def decode_chunk(codes, scale):
-    """bf16 values (TILE, 64), stored column order, of ``load_chunk``'s code words and scales."""
+def decode_tables(zero):
+    """The magnitude tables of ``DECODE_ASM`` as (TILE, 8) int32 tensors, made from ``zero``
+    (an int32 0 the compiler cannot see through, so they live in ordinary registers)."""
+    word_l: gl.constexpr = chunk_word_layout(2)
+    base = gl.full([TILE, 8], 0, gl.int32, word_l) + zero
+    return base + HI_TABLE_0, base + HI_TABLE_1, base + LO_TABLE_0, base + LO_TABLE_1
+
+
+@gluon.jit
+def decode_chunk(codes, scale, tables):
+    """bf16 values (TILE, 64), stored column order, of ``load_chunk``'s code words and scales;
+    ``tables`` from ``decode_tables``."""
     word_l: gl.constexpr = chunk_word_layout(2)
     mult = gl.reshape(gl.expand_dims(scale, 2).broadcast_to([TILE, 2, 4]), [TILE, 8])
     mult = gl.convert_layout(mult, word_l, assert_trivial=True)
     x0, x1, x2, x3, x4, x5, x6, x7 = gl.inline_asm_elementwise(
-        DECODE_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r", [codes, mult], dtype=(gl.bfloat16, ) * 8, is_pure=True,
-        pack=2)
-    # x_b at word 2u + m holds nibble m of byte b of the thread's 8 bytes (u = lane % 4).
+        DECODE_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r,r,r", [codes, mult, tables[0], tables[1], tables[2], tables[3]],
+        dtype=(gl.bfloat16, ) * 8, is_pure=True, pack=2)
+    # x_b at word 2u + m holds nibble m of byte b of the thread's 8 bytes (u = lane % 4). A join
+    # adds a minor axis, so j[..., w, a, b2, b4] = x_(a + 2 b2 + 4 b4) at word w.
     j = gl.join(gl.join(gl.join(x0, x1), gl.join(x2, x3)), gl.join(gl.join(x4, x5), gl.join(x6, x7)))
-    j = gl.permute(gl.reshape(j, [TILE, 4, 2, 2, 2, 2]), (0, 1, 3, 4, 5, 2))
+    j = gl.permute(gl.reshape(j, JOIN_SHAPE.value), JOIN_ORDER.value)
     return gl.reshape(j, [TILE, 64])
