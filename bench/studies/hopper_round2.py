@@ -27,6 +27,8 @@ from mixmla.reference import default_sm_scale, mla_decode_reference
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+CHECKS = [(1, 1), (1, 64), (1, 1000), (4, 1024), (3, 8192), (300, 100), (256, 1024)]
+GRIDS = (132, 66, 33, 16)
 SHAPES = [(4, 1024), (4, 8192), (32, 1024), (32, 8192), (64, 1024), (64, 8192), (256, 1024), (256, 8192)]
 BYTES = {"bf16": 1152, "fp8": 576, "mxfp4": 306}
 
@@ -67,7 +69,7 @@ def main(outdir):
     os.makedirs(outdir, exist_ok=True)
     res = {"device": torch.cuda.get_device_name(), "checks": [], "timing": [], "grid": [], "compute_alone": []}
     for fmt in ("fp8", "mxfp4"):
-        for b, l in [(1, 1), (1, 64), (1, 1000), (4, 1024), (3, 8192), (300, 100), (256, 1024)]:
+        for b, l in CHECKS:
             try:
                 res["checks"].append(check(fmt, b, l))
             except Exception as e:
@@ -100,12 +102,12 @@ def main(outdir):
                 row[f"{fmt}%"] = round(100 * tokens * BYTES[fmt] / (v * 1e-6) / 1e9 / ceiling.read_gbps, 1)
         res["timing"].append(row)
         print(row, flush=True)
-        if b * l <= 65536:
+        if b * l <= 65536 or b == 4:
             for fmt in ("mxfp4",):
                 cache = as_cache(kv[fmt])
                 out = torch.empty(q.shape[0], 16, 512, dtype=torch.bfloat16, device="cuda")
                 g = {"shape": f"{b}x{l}", "fmt": fmt}
-                for progs in (132, 66, 33, 16):
+                for progs in GRIDS:
                     dec = HopperDecoder(b, 16, fmt, q.device, programs=progs)
                     g[progs] = time_path(lambda: dec.launch(q, cache, kvp, qo, out, lse, default_sm_scale()), flusher)
                 res["grid"].append(g)
@@ -142,4 +144,11 @@ def main(outdir):
 
 
 if __name__ == "__main__":
+    if "--quick-checks" in sys.argv:
+        sys.argv.remove("--quick-checks")
+        CHECKS = [(1, 1), (4, 1024), (300, 100)]
+    if "--grids" in sys.argv:
+        i = sys.argv.index("--grids")
+        GRIDS = tuple(int(g) for g in sys.argv[i + 1].split(","))
+        del sys.argv[i:i + 2]
     main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/hopper_round2")

@@ -39,14 +39,15 @@ def _add(a, b):
 
 @gluon.jit
 def _range_bound(i, num_programs, total):
-    """First cost unit of program ``i``'s range (ranges are ``[bound(i), bound(i+1))``)."""
-    return (i.to(gl.int64) * total // num_programs).to(gl.int32)
+    """First cost unit of program ``i``'s range (ranges are ``[bound(i), bound(i+1))``). int32: the
+    host keeps ``total * num_programs`` below 2**31 (``launch.MAX_COST_UNITS``)."""
+    return i * total // num_programs
 
 
 @gluon.jit
 def _program_of(u, num_programs, total):
     """The program whose range holds cost unit ``u``: the last ``i`` with ``bound(i) <= u``."""
-    return (((u + 1).to(gl.int64) * num_programs + total - 1) // total - 1).to(gl.int32)
+    return ((u + 1) * num_programs + total - 1) // total - 1
 
 
 @gluon.jit
@@ -59,12 +60,27 @@ def _fence_gpu():
 
 
 @gluon.jit
-def _opaque_zero(zero_smem):
-    """0, read from shared memory: a shared-memory view indexed by it is recomputed where it is used.
-    Otherwise the compiler hoists the 72 matrix descriptors of the loop-invariant query and value
-    buffers out of the tile loop and keeps them in registers (spilling)."""
-    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    return gl.sum(zero_smem.load(one), axis=0)
+def _opaque_zero(t):
+    """0 for a tile index ``t >= 0``, which the compiler cannot prove: a shared-memory view indexed by
+    it is recomputed where it is used. Otherwise the compiler hoists the 72 matrix descriptors of
+    the loop-invariant query and value buffers out of the tile loop and keeps them in registers
+    (spilling). Computed from the loop counter, it stays in uniform registers."""
+    return t >> 31
+
+
+@gluon.jit
+def _tile_max(s, red_smem, ROWS: gl.constexpr):
+    """Column maxima (ROWS,) of the scores s (TILE, ROWS): each warp reduces its 16 token rows with
+    shuffles, the four partial maxima meet in shared memory (one barrier instead of the three of a
+    generic cross-warp reduction)."""
+    acc_l: gl.constexpr = score_layout(ROWS)
+    per_warp = gl.max(gl.reshape(s, [4, 16, ROWS]), axis=1)
+    red_smem.store(per_warp)
+    gl.thread_barrier()
+    all_l: gl.constexpr = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 8], [1, 0], [2, 0]], lane_bases=[[0, 2], [0, 4], [0, 0], [0, 0], [0, 0]],
+        warp_bases=[[0, 0], [0, 0]], block_bases=[], shape=[4, ROWS])
+    return gl.convert_layout(gl.max(red_smem.load(all_l), axis=0), gl.SliceLayout(0, acc_l))
 
 
 @gluon.jit
@@ -244,6 +260,7 @@ def mla_decode_hopper_kernel(
     for c in gl.static_range(VALUE_CHUNKS):
         v_bufs = v_bufs + (gl.allocate_shared_memory(MMA_DT, [1, TILE, CHUNK], v_layout()), )
     p_all = gl.allocate_shared_memory(MMA_DT, [1, TILE, ROWS], p_layout(ROWS))
+    red_smem = gl.allocate_shared_memory(gl.float32, [4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     zero_smem = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]),
                                           gl.zeros([1], gl.int32, one))
@@ -265,7 +282,9 @@ def mla_decode_hopper_kernel(
     if FORMAT == FMT_FP8:
         kscale = gl.load(fp8_scale_ptr)
     else:
-        tables = mxfp4.decode_tables(_opaque_zero(zero_smem))
+        # A 0 read from shared memory: the tables then live in ordinary registers (prmt reads its
+        # table operands from them; in uniform registers they are copied out before every use).
+        tables = mxfp4.decode_tables(gl.sum(zero_smem.load(one), axis=0))
     n = gl.arange(0, ROWS, layout=gl.SliceLayout(0, acc_l))
     # Row k of a value accumulator is stored column chunk_column(k) of its chunk (the value tile is
     # written in the key operand's column order).
@@ -313,7 +332,7 @@ def mla_decode_hopper_kernel(
                     nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )
                     if c < VALUE_CHUNKS:
                         v_bufs[c].index(0).store(keys)
-                    q_c = q_smem.index(c + _opaque_zero(zero_smem))
+                    q_c = q_smem.index(c + _opaque_zero(t))
                     st = warpgroup_mma(keys, q_c.permute((1, 0)), st,
                                        use_acc=c > 0, is_async=True)
                     if c > 0:
@@ -323,7 +342,7 @@ def mla_decode_hopper_kernel(
                 pos = t * TILE + r_s
                 visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
                 s = gl.where(visible, st * qk[None, :], float("-inf"))
-                m_new = gl.maximum(m_i, gl.max(s, axis=0))
+                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))
                 m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
                 p = gl.exp2(s - m_safe[None, :])
                 alpha = gl.exp2(m_i - m_safe)
@@ -332,7 +351,7 @@ def mla_decode_hopper_kernel(
                 scaled = ()
                 for c in gl.static_range(VALUE_CHUNKS):
                     scaled = scaled + (acc[c] * alpha[None, :], )
-                z = _opaque_zero(zero_smem)
+                z = _opaque_zero(t)
                 p_smem = p_all.index(z)
                 p_smem.store(p.to(MMA_DT))
                 fence_async_shared()
