@@ -118,7 +118,7 @@ def test_decoded_chunk_comes_out_in_stored_column_order(fmt):
 
 def test_key_operand_relabelling_matches_the_query_column_order():
     phys = torch.arange(64 * 64).reshape(64, 64)
-    logical = phys.reshape(layouts.KEY_SHAPE.value).permute(layouts.KEY_ORDER.value).reshape(64, 64)
+    logical = phys.reshape(64, *layouts.KEY_SPLIT.value).permute(layouts.KEY_ORDER.value).reshape(64, 64)
     k = torch.arange(64)
     col = layouts.chunk_column_host(k)
     assert sorted(col.tolist()) == list(range(64))

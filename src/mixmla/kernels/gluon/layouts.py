@@ -80,18 +80,27 @@ def p_layout(rows):
     return gl.NVMMASharedLayout(swizzle_byte_width=min(128, 2 * rows), element_bitwidth=16, rank=2)
 
 
-#: ``to_key_operand``'s relabelling: stored column 16q + 4b + 2h + e -> operand column 16b + 8h + 2q + e
-#: (q: lane % 4; b: 16-wide k step; h: its second half; e: element of a register pair).
-KEY_SHAPE = gl.constexpr((64, 4, 4, 2, 2))
+#: ``operand_order``'s relabelling of a chunk's columns: stored column 16q + 4b + 2h + e -> operand
+#: column 16b + 8h + 2q + e (q: lane % 4; b: 16-wide k step; h: its second half; e: element of a
+#: register pair). Split the columns by KEY_SPLIT, reorder the axes by KEY_ORDER.
+KEY_SPLIT = gl.constexpr((4, 4, 2, 2))
 KEY_ORDER = gl.constexpr((0, 2, 3, 1, 4))
+
+
+@gluon.jit
+def operand_order(x):
+    """(R, CHUNK) columns in stored order -> the same values in ``chunk_column`` order (a relabelling
+    of the tensor; no data moves)."""
+    R: gl.constexpr = x.shape[0]
+    split = gl.reshape(x, [R, KEY_SPLIT[0], KEY_SPLIT[1], KEY_SPLIT[2], KEY_SPLIT[3]])
+    return gl.reshape(gl.permute(split, KEY_ORDER.value), [R, CHUNK])
 
 
 @gluon.jit
 def to_key_operand(phys, ROWS: gl.constexpr):
     """(TILE, CHUNK) decoded chunk in stored column order, as ``chunk_word_layout`` rows/threads
     give it, relabelled into the key operand (``chunk_column`` order). No data moves."""
-    logical = gl.reshape(gl.permute(gl.reshape(phys, KEY_SHAPE.value), KEY_ORDER.value), [TILE, CHUNK])
-    return gl.convert_layout(logical, key_operand_layout(ROWS), assert_trivial=True)
+    return gl.convert_layout(operand_order(phys), key_operand_layout(ROWS), assert_trivial=True)
 
 
 @gluon.jit

@@ -67,8 +67,8 @@ JOIN_ORDER = gl.constexpr((0, 1, 5, 4, 3, 2))
 
 @gluon.jit
 def load_chunk(kv_ptr, row_off, sc_ptr, sc_row_off, tok_ok, C: gl.constexpr):
-    """Code words (TILE, 8) int32 and block scales (TILE, 2) int32 (bf16x2 multipliers) of chunk
-    ``C`` (0..8) of the token rows.
+    """Code words (TILE, 8) int32 and E8M0 block scale bytes (TILE, 2) uint8 of chunk ``C`` (0..8)
+    of the token rows.
 
     kv_ptr: int32 view of the cache; row_off: (TILE,) int64 word offsets of the token rows in
     ``SliceLayout(1, chunk_word_layout(2))``; sc_ptr/sc_row_off: E8M0 bytes and byte offsets of the
@@ -81,8 +81,9 @@ def load_chunk(kv_ptr, row_off, sc_ptr, sc_row_off, tok_ok, C: gl.constexpr):
     blk = gl.arange(0, 2, layout=gl.SliceLayout(0, sc_l))
     sc_rows = gl.convert_layout(sc_row_off, gl.SliceLayout(1, sc_l), assert_trivial=True)
     sc_ok = gl.convert_layout(tok_ok, gl.SliceLayout(1, sc_l), assert_trivial=True)
-    scale = gl.load(sc_ptr + sc_rows[:, None] + (2 * C + blk)[None, :], mask=sc_ok[:, None], other=127).to(gl.int32)
-    return codes, (scale << 7) | (scale << 23)
+    # Left as loaded: anything computed from a load here would wait for it, a tile early.
+    scale = gl.load(sc_ptr + sc_rows[:, None] + (2 * C + blk)[None, :], mask=sc_ok[:, None], other=127)
+    return codes, scale
 
 
 @gluon.jit
@@ -96,10 +97,11 @@ def decode_tables(zero):
 
 @gluon.jit
 def decode_chunk(codes, scale, tables):
-    """bf16 values (TILE, 64), stored column order, of ``load_chunk``'s code words and scales;
+    """bf16 values (TILE, 64), stored column order, of ``load_chunk``'s code words and scale bytes;
     ``tables`` from ``decode_tables``."""
     word_l: gl.constexpr = chunk_word_layout(2)
-    mult = gl.reshape(gl.expand_dims(scale, 2).broadcast_to([TILE, 2, 4]), [TILE, 8])
+    scale = scale.to(gl.int32)
+    mult = gl.reshape(gl.expand_dims((scale << 7) | (scale << 23), 2).broadcast_to([TILE, 2, 4]), [TILE, 8])
     mult = gl.convert_layout(mult, word_l, assert_trivial=True)
     x0, x1, x2, x3, x4, x5, x6, x7 = gl.inline_asm_elementwise(
         DECODE_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r,r,r", [codes, mult, tables[0], tables[1], tables[2], tables[3]],
