@@ -61,7 +61,7 @@ def _fence_gpu():
 
 @gluon.jit
 def _opaque_zero(t):
-    """0 for a tile index ``t >= 0``, which the compiler cannot prove: a shared-memory view indexed by
+    """0 for a tile index ``t >= 0`` (the caller guarantees it), which the compiler cannot prove: a shared-memory view indexed by
     it is recomputed where it is used. Otherwise the compiler hoists the 72 matrix descriptors of
     the loop-invariant query and value buffers out of the tile loop and keeps them in registers
     (spilling). Computed from the loop counter, it stays in uniform registers."""
@@ -371,7 +371,7 @@ def mla_decode_hopper_kernel(
                             early = early + (keys, )
                         elif c < VALUE_CHUNKS:
                             v_bufs[c].index(0).store(keys)
-                        q_c = q_smem.index(c + _opaque_zero(t))
+                        q_c = q_smem.index(c + _opaque_zero(t + 1))
                         st = warpgroup_mma(keys, q_c.permute((1, 0)), st, use_acc=c > 0, is_async=True)
                     raw = nxt
             acc = warpgroup_mma_wait(0, deps=acc)
