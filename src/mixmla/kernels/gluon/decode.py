@@ -22,8 +22,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_init, warpgroup_mma_wait)
 
 from . import fp8, mxfp4
-from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_column, chunk_word_layout, operand_order, p_layout,
-                      q_layout, score_layout, to_key_operand, v_layout)
+from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, chunk_column, p_layout, q_layout,
+                      score_layout, to_key_operand, v_layout)
 
 FMT_FP8 = gl.constexpr(1)
 FMT_MXFP4 = gl.constexpr(2)
@@ -61,7 +61,7 @@ def _fence_gpu():
 
 @gluon.jit
 def _opaque_zero(t):
-    """0 for a tile index ``t >= 0`` (the caller guarantees it), which the compiler cannot prove: a shared-memory view indexed by
+    """0 for a tile index ``t >= 0``, which the compiler cannot prove: a shared-memory view indexed by
     it is recomputed where it is used. Otherwise the compiler hoists the 72 matrix descriptors of
     the loop-invariant query and value buffers out of the tile loop and keeps them in registers
     (spilling). Computed from the loop counter, it stays in uniform registers."""
@@ -129,24 +129,23 @@ def _stage_query(FORMAT: gl.constexpr, q_smem, q_ptr, stride_qt, stride_qh, q_lo
     11 significant bits). Returns that per-row multiplier (1 for MXFP4), (ROWS,) float32."""
     ql: gl.constexpr = gl.BlockedLayout([ROWS // 16, 8], [4, 8], [4, 1], [1, 0])
     rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, ql))
-    cols = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, ql))
+    cols = chunk_column(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, ql)))
     ok = rows < q_len * H
     row_ptr = q_ptr + (q_lo + rows // H).to(gl.int64) * stride_qt + (rows % H) * stride_qh
-    # Loaded in stored order (16-byte loads), then relabelled into the keys' column order.
-    chunks = ()
-    for c in gl.static_range(NUM_CHUNKS):
-        chunks = chunks + (gl.load(row_ptr[:, None] + (CHUNK * c + cols)[None, :], mask=ok[:, None], other=0.0), )
     if FORMAT == FMT_FP8:
+        chunks = ()
         amax = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, ql))
         for c in gl.static_range(NUM_CHUNKS):
-            amax = gl.maximum(amax, gl.max(gl.abs(chunks[c].to(gl.float32)), axis=1))
+            x = gl.load(row_ptr[:, None] + (CHUNK * c + cols)[None, :], mask=ok[:, None], other=0.0).to(gl.float32)
+            amax = gl.maximum(amax, gl.max(gl.abs(x), axis=1))
+            chunks = chunks + (x, )
         exponent = gl.maximum((amax.to(gl.int32, bitcast=True) >> 23) & 0xFF, 15)
         mult = ((268 - exponent) << 23).to(gl.float32, bitcast=True)
         for c in gl.static_range(NUM_CHUNKS):
-            q_smem.index(c).store(operand_order((chunks[c].to(gl.float32) * mult[:, None]).to(gl.float16)))
+            q_smem.index(c).store((chunks[c] * mult[:, None]).to(gl.float16))
     else:
         for c in gl.static_range(NUM_CHUNKS):
-            q_smem.index(c).store(operand_order(chunks[c]))
+            q_smem.index(c).store(gl.load(row_ptr[:, None] + (CHUNK * c + cols)[None, :], mask=ok[:, None], other=0.0))
         mult = gl.full([ROWS], 1.0, gl.float32, gl.SliceLayout(1, ql))
     fence_async_shared()
     return mult
@@ -271,10 +270,7 @@ def mla_decode_hopper_kernel(
     bl: gl.constexpr = gl.BlockedLayout([BLOCK_B // 128], [32], [4], [0])
     bi = gl.arange(0, BLOCK_B, layout=bl)
     live_b = bi < batch
-    kv_lo_b = gl.load(kv_indptr + bi, mask=live_b, other=0)
-    lens = gl.load(kv_indptr + bi + 1, mask=live_b, other=0) - kv_lo_b
-    q_lo_b = gl.load(qo_indptr + bi, mask=live_b, other=0)
-    q_len_b = gl.load(qo_indptr + bi + 1, mask=live_b, other=0) - q_lo_b
+    lens = gl.load(kv_indptr + bi + 1, mask=live_b, other=0) - gl.load(kv_indptr + bi, mask=live_b, other=0)
     cost = gl.where(live_b, (lens + TILE - 1) // TILE + C0, 0)
     cum = gl.associative_scan(cost, 0, _add)
     total = gl.sum(cost, axis=0)
@@ -299,15 +295,12 @@ def mla_decode_hopper_kernel(
         b_first = gl.sum((cum <= u_begin).to(gl.int32), axis=0)
         b_last = gl.sum((cum < u_end).to(gl.int32), axis=0)
         for b in range(b_first, b_last + 1):
-            # Request b's values, picked out of the tensors loaded above (a load of kv_indptr[b]
-            # here would wait a memory latency before the first tile's loads go out).
-            is_b = bi == b
-            cum_b = gl.sum(gl.where(is_b, cum, 0), axis=0)
-            start_b = cum_b - gl.sum(gl.where(is_b, cost, 0), axis=0)
-            kv_lo = gl.sum(gl.where(is_b, kv_lo_b, 0), axis=0)
-            kv_len = gl.sum(gl.where(is_b, lens, 0), axis=0)
-            q_lo = gl.sum(gl.where(is_b, q_lo_b, 0), axis=0)
-            q_len = gl.sum(gl.where(is_b, q_len_b, 0), axis=0)
+            cum_b = gl.sum(gl.where(bi == b, cum, 0), axis=0)
+            start_b = cum_b - gl.sum(gl.where(bi == b, cost, 0), axis=0)
+            kv_lo = gl.load(kv_indptr + b)
+            kv_len = gl.load(kv_indptr + b + 1) - kv_lo
+            q_lo = gl.load(qo_indptr + b)
+            q_len = gl.load(qo_indptr + b + 1) - q_lo
             n_tiles = (kv_len + TILE - 1) // TILE
             t_begin = gl.minimum(gl.maximum(gl.maximum(u_begin, start_b) - start_b - C0, 0), n_tiles)
             t_end = gl.minimum(gl.maximum(gl.minimum(u_end, cum_b) - start_b - C0, 0), n_tiles)
@@ -325,55 +318,46 @@ def mla_decode_hopper_kernel(
 
             m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(0, acc_l))
             l_acc = gl.zeros([TILE, ROWS], gl.float32, acc_l)
-            st = warpgroup_mma_init(gl.zeros([TILE, ROWS], gl.float32, acc_l))
+            st = gl.zeros([TILE, ROWS], gl.float32, acc_l)
             acc = ()
             for c in gl.static_range(VALUE_CHUNKS):
                 acc = acc + (warpgroup_mma_init(gl.zeros([CHUNK, ROWS], gl.float32, acc_l)), )
-            # Software pipeline: iteration t finishes tile t (softmax, then the value product is
-            # issued) and decodes tile t + 1 (its score product is issued chunk by chunk), so the
-            # value product of one tile runs on the tensor cores while the next tile decodes.
-            for t in range(t_begin - 1, t_end):
-                if t >= t_begin:
-                    done = warpgroup_mma_wait(0, deps=(st, ) + acc)
-                    pos = t * TILE + r_s
-                    visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
-                    s = gl.where(visible, done[0] * qk[None, :], float("-inf"))
-                    m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))
-                    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-                    p = gl.exp2(s - m_safe[None, :])
-                    alpha = gl.exp2(m_i - m_safe)
-                    l_acc = l_acc * alpha[None, :] + p
-                    m_i = m_new
-                    z = _opaque_zero(t)
-                    p_smem = p_all.index(z)
-                    p_smem.store(p.to(MMA_DT))
-                    fence_async_shared()
-                    acc = ()
-                    for c in gl.static_range(VALUE_CHUNKS):
-                        acc = acc + (warpgroup_mma(v_bufs[c].index(z).permute((1, 0)), p_smem,
-                                                   done[c + 1] * alpha[None, :], is_async=True), )
-                if t + 1 < t_end:
-                    row_off, sc_off, ok = _tile_rows(FORMAT, kv_lo, kv_len, t + 2, t + 2 < t_end, kv_stride, sc_stride)
-                    nxt = ()
-                    early = ()
-                    for c in gl.static_range(NUM_CHUNKS):
-                        if c >= 2:  # at most two score groups in flight: their operands live in registers
-                            st = warpgroup_mma_wait(1, deps=(st, ))
-                        if c == 2:
-                            # The value product of tile t read buffers 0 and 1 until now: it is the
-                            # 8 groups issued before this tile's score groups, so the wait just
-                            # made covers it. Their keys are stored only now.
-                            v_bufs[0].index(0).store(early[0])
-                            v_bufs[1].index(0).store(early[1])
-                        keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)
-                        nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )
-                        if c < 2:
-                            early = early + (keys, )
-                        elif c < VALUE_CHUNKS:
-                            v_bufs[c].index(0).store(keys)
-                        q_c = q_smem.index(c + _opaque_zero(t + 1))
-                        st = warpgroup_mma(keys, q_c.permute((1, 0)), st, use_acc=c > 0, is_async=True)
-                    raw = nxt
+            for t in range(t_begin, t_end):
+                # The value product of the previous tile still reads the value buffers.
+                acc = warpgroup_mma_wait(0, deps=acc)
+                row_off, sc_off, ok = _tile_rows(FORMAT, kv_lo, kv_len, t + 1, t + 1 < t_end, kv_stride, sc_stride)
+                nxt = ()
+                for c in gl.static_range(NUM_CHUNKS):
+                    keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)
+                    nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )
+                    if c < VALUE_CHUNKS:
+                        v_bufs[c].index(0).store(keys)
+                    q_c = q_smem.index(c + _opaque_zero(t))
+                    st = warpgroup_mma(keys, q_c.permute((1, 0)), st,
+                                       use_acc=c > 0, is_async=True)
+                    if c > 0:
+                        st = warpgroup_mma_wait(1, deps=(st, ))
+                raw = nxt
+                st = warpgroup_mma_wait(0, deps=(st, ))
+                pos = t * TILE + r_s
+                visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
+                s = gl.where(visible, st * qk[None, :], float("-inf"))
+                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))
+                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+                p = gl.exp2(s - m_safe[None, :])
+                alpha = gl.exp2(m_i - m_safe)
+                l_acc = l_acc * alpha[None, :] + p
+                m_i = m_new
+                scaled = ()
+                for c in gl.static_range(VALUE_CHUNKS):
+                    scaled = scaled + (acc[c] * alpha[None, :], )
+                z = _opaque_zero(t)
+                p_smem = p_all.index(z)
+                p_smem.store(p.to(MMA_DT))
+                fence_async_shared()
+                acc = ()
+                for c in gl.static_range(VALUE_CHUNKS):
+                    acc = acc + (warpgroup_mma(v_bufs[c].index(z).permute((1, 0)), p_smem, scaled[c], is_async=True), )
             acc = warpgroup_mma_wait(0, deps=acc)
             inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))
             factor = (inv_l * kscale)[None, :]
