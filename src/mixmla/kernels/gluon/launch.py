@@ -22,8 +22,22 @@ REQUEST_COST_TILES = 2
 VALUE_DIM = 512
 
 
+MAX_BATCH = 1024  #: larger batches are served by the portable kernel (the per-request tables live in registers)
+
+
 def _block_b(batch: int) -> int:
     return max(128, 1 << max(0, batch - 1).bit_length())
+
+
+def shipped_specs() -> list[KernelSpec]:
+    """Every kernel specialization ``HopperDecoder`` can ask for (CI compiles them all)."""
+    specs = []
+    for fmt in (FMT_FP8, FMT_MXFP4):
+        for block_b in (128, 256, 512, 1024):
+            for write_lse in (True, False):
+                specs.append(KernelSpec(H=16, ROWS=ROWS, FORMAT=fmt, BLOCK_B=block_b, C0=REQUEST_COST_TILES,
+                                        WRITE_LSE=write_lse))
+    return specs
 
 
 def unsupported_reason(cache: KVCache, num_heads: int, rows_max: int, device: torch.device) -> str | None:
