@@ -2,7 +2,7 @@
 resources: registers, spills, shared memory. Catches compile errors before device time is spent.
 
 ``PYTHONPATH=src python3 bench/compile_report.py [--fmt fp8] [--block-t 32] [--warps 4] [--stages 2]
-[--reload] [--split] [--heads 16] [--loop] [--dump DIR]`` (``--help`` lists the variant flags).
+[--split] [--heads 16] [--loop] [--dump DIR]``.
 
 ``--loop`` also prints the main loop's SASS: instructions per iteration (per warp) and the most
 frequent opcodes, which is how the design log's instruction counts were taken. ``--heads 128``
@@ -28,23 +28,26 @@ from mixmla.kernels.decode import mla_decode_kernel
 
 FORMAT_IDS = {"bf16": 0, "fp8": 1, "mxfp4": 2}
 KV_TYPES = {"bf16": "*bf16", "fp8": "*fp8e4nv", "mxfp4": "*u8"}
+TARGET = GPUTarget("cuda", 90, 32)
 
 
-def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True, heads=16, block_r=16, asm=True, tim=False,
-                   maxnreg=None, prefetch=False, fp8_scores=False, imprecise=0, dependents=False):
+def compile_decode(fmt, block_t=32, warps=4, stages=2, direct=True, heads=16, block_r=16, write_lse=False):
     """Compile ``mla_decode_kernel`` for sm_90 with the given constexprs; returns the CompiledKernel."""
     sig = {
         "q_ptr": "*bf16", "stride_qt": "i32", "stride_qh": "i32",
-        "kv_ptr": KV_TYPES[fmt], "kv_stride": "i32", "scale_ptr": KV_TYPES[fmt] if fmt != "mxfp4" else "*u8",
-        "scale_stride": "i32", "fp8_scale_ptr": "*fp32" if fmt == "fp8" else KV_TYPES[fmt],
+        "kv_ptr": KV_TYPES[fmt], "kv_stride": "i32",
+        "scale_ptr": {"bf16": "constexpr", "fp8": "*fp32", "mxfp4": "*u8"}[fmt],
+        "scale_stride": "i32" if fmt == "mxfp4" else "constexpr",
         "kv_indptr": "*i32", "qo_indptr": "*i32", "work_req": "*i32", "work_split": "*i32", "work_nsplit": "*i32",
         "out_ptr": "*bf16", "stride_ot": "i32", "stride_oh": "i32", "lse_ptr": "*fp32", "stride_lt": "i32",
-        "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "rows_max": "i32", "sm_scale": "fp32", "value_scale": "fp32",
+        "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "rows_max": "i32", "sm_scale": "fp32",
     }
     constexprs = dict(H=heads, BLOCK_R=block_r, BLOCK_T=block_t, FORMAT=FORMAT_IDS[fmt], DIRECT=direct,
-                      WRITE_LSE=False, DOT_F32=False, RELOAD_VALUES=reload, USE_ASM=asm, TOKENS_IN_M=tim,
-                      REGISTER_PREFETCH=prefetch, FP8_SCORES=fp8_scores and fmt == "fp8", FP8_IMPRECISE=imprecise,
-                      LAUNCH_DEPENDENTS=dependents)
+                      WRITE_LSE=write_lse, INTERPRETED=False)
+    if fmt != "mxfp4":
+        constexprs.update(scale_stride=None)
+    if fmt == "bf16":
+        constexprs.update(scale_ptr=None)
     for k, v in constexprs.items():
         sig[k] = "constexpr"
     names = mla_decode_kernel.arg_names
@@ -54,8 +57,24 @@ def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     src = ASTSource(fn=mla_decode_kernel, signature=sig, attrs=attrs,
                     constexprs={(names.index(k),): v for k, v in constexprs.items()})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages,
-                                                                                 **({'maxnreg': maxnreg} if maxnreg else {})))
+    # The decoders choose inline PTX by the target's capability (triton.language.target_info).
+    drivers = triton.runtime.driver
+    previous = drivers._active  # None until a driver was looked up; reset_active() would need a GPU
+    drivers.set_active(_TargetOnly(TARGET))
+    try:
+        return triton.compile(src, target=TARGET, options=dict(num_warps=warps, num_stages=stages))
+    finally:
+        drivers.set_active(previous)
+
+
+class _TargetOnly:
+    """A stand-in for Triton's active driver that only reports the compile target."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def get_current_target(self):
+        return self.target
 
 
 def _cuobjdump(kernel, flag: str) -> str:
@@ -104,24 +123,15 @@ def main():
     ap.add_argument("--block-t", type=int, default=32)
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--stages", type=int, default=2)
-    ap.add_argument("--reload", action="store_true")
     ap.add_argument("--split", action="store_true", help="the partial-output variant instead of direct")
     ap.add_argument("--dump", default=None)
     ap.add_argument("--loop", action="store_true", help="print the token loop's SASS instruction counts")
     ap.add_argument("--heads", type=int, default=16, help="query heads (16 rows per program up to 16, 64 from 64)")
-    ap.add_argument("--prefetch", action="store_true", help="register prefetch instead of asynchronous copies")
-    ap.add_argument("--fp8-scores", action="store_true", help="fp8 matrix unit for the fp8 scores")
-    ap.add_argument("--imprecise", type=int, default=0)
-    ap.add_argument("--maxnreg", type=int, default=None, help="register cap per thread (ptxas)")
-    ap.add_argument("--no-asm", action="store_true", help="the portable decode instead of inline PTX")
-    ap.add_argument("--tokens-in-m", action="store_true", help="the transposed products (tokens in the row slot)")
     a = ap.parse_args()
     for fmt in a.fmt.split(","):
         t = time.time()
         block_r = min(64, max(16, 1 << (a.heads - 1).bit_length()))
-        k = compile_decode(fmt, a.block_t, a.warps, a.stages, a.reload, not a.split, heads=a.heads, block_r=block_r,
-                           asm=not a.no_asm, tim=a.tokens_in_m,
-                           maxnreg=a.maxnreg, prefetch=a.prefetch, fp8_scores=a.fp8_scores, imprecise=a.imprecise)
+        k = compile_decode(fmt, a.block_t, a.warps, a.stages, not a.split, heads=a.heads, block_r=block_r)
         md = k.metadata
         print(f"{fmt}: {resource_usage(k)} shared={md.shared} ({time.time() - t:.0f}s)", flush=True)
         if a.loop:

@@ -8,7 +8,7 @@ launch left out (its output is then incomplete; it is timed, not checked). One J
 measurement to OUT/overhead_study.jsonl; a table last.
 
 ``PYTHONPATH=src python3 bench/overhead_study.py [--shapes 4x1024,...] [--formats bf16]
-[--configs "pdl:dependent_launch=1;bt32:block_t=32,num_stages=2,items_per_sm=2"]``
+[--configs "bt32:block_t=32,num_stages=2,items_per_sm=2"]``
 """
 
 import argparse
@@ -56,7 +56,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--formats", default="bf16,fp8,mxfp4")
-    ap.add_argument("--configs", default="pdl:dependent_launch=1")
+    ap.add_argument("--configs", default="")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/out"))
     a = ap.parse_args()

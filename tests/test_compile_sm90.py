@@ -27,8 +27,8 @@ from mixmla.plan import block_rows, default_config
 for fmt, heads, rows in json.loads(sys.argv[1]):
     cfg = default_config(fmt, rows)
     try:
-        k = compile_decode(fmt, cfg.block_t, cfg.num_warps, cfg.num_stages, cfg.reload_values, direct=False,
-                           heads=heads, block_r=block_rows(rows), tim=cfg.tokens_in_m)
+        k = compile_decode(fmt, cfg.block_t, cfg.num_warps, cfg.num_stages, direct=False, heads=heads,
+                           block_r=block_rows(rows))
         usage = dict(item.split("=") for item in resource_usage(k).split())
         print(json.dumps(dict(fmt=fmt, rows=rows, shared=k.metadata.shared, stack=int(usage["stack"]))))
     except Exception as e:

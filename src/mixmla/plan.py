@@ -22,39 +22,22 @@ MIN_BLOCK_R = 16  #: tl.dot needs at least 16 rows
 @dataclass(frozen=True)
 class KernelConfig:
     """Kernel shape for one format. block_t: cached tokens per loop step; num_warps, num_stages:
-    Triton launch options; items_per_sm and min_chunk: the split policy (see module doc);
-    reload_values: read the value columns a second time instead of reusing the decoded keys;
-    tokens_in_m: compute S^T = K Q^T and O^T = V^T P^T (tokens in the matrix unit's row slot);
-    max_registers: per-thread register cap for the decode kernel (ptxas ``maxnreg``; 0 = none):
-    fewer registers let more programs share an SM, which hides the latency of each one's loop;
-    register_prefetch: load the next tile into registers during this one (no asynchronous copies;
-    use with num_stages=1); fp8_scores: fp8 e4m3fn caches compute the scores on the fp8 matrix
-    unit (keys as stored, query split in two e4m3 terms; needs block_t=64 on Hopper), and
-    fp8_imprecise is how many products it may sum in reduced precision before each float32 add;
-    dependent_launch: launch the combine kernel as a programmatic dependent of the decode kernel
-    (CUDA's programmatic dependent launch, Hopper on), so its launch overlaps the decode's tail
-    (measured on the H200: -1 us on 4-request shapes, slower on the others; docs/PERF.md step 22)."""
+    Triton launch options; items_per_sm and min_chunk: the split policy (see module doc). The
+    variants measured and dropped (tokens in the matrix unit's row slot, a second read of the
+    values, register prefetch, fp8 scores on the fp8 matrix unit, register caps, the combine as a
+    programmatic dependent launch) are recorded in docs/PERF.md's design log."""
 
     block_t: int = 32
     num_warps: int = 4
     num_stages: int = 2
     items_per_sm: float = 2.0
     min_chunk: int = 64
-    reload_values: bool = False
-    tokens_in_m: bool = False
-    max_registers: int = 0
-    register_prefetch: bool = False
-    fp8_scores: bool = False
-    fp8_imprecise: int = 0
-    dependent_launch: bool = False
 
 
 #: Defaults per format, the fastest in the H200 sweeps recorded in docs/PERF.md
 #: (bench/results/2026-11-30-*/sweep*.jsonl). items_per_sm matches how many programs of that shape
 #: fit on an SM at once (shared memory: bf16 and fp8 168 and 164 KB, so one; MXFP4 111 KB, two):
-#: more work items than resident slots only adds a partial result to merge. fp8_scores is faster
-#: for fp8 (658 vs 704 us at 256 x 8192) but not the default: the fp8 matrix unit's reduced-precision
-#: accumulation misses the log-sum-exp tolerance on large logits (docs/PERF.md).
+#: more work items than resident slots only adds a partial result to merge.
 DEFAULT_CONFIGS = {
     "bf16": KernelConfig(block_t=64, num_warps=4, num_stages=3, items_per_sm=1.0),
     "fp8": KernelConfig(block_t=64, num_warps=4, num_stages=3, items_per_sm=1.0),

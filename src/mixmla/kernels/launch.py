@@ -26,20 +26,19 @@ def interpreter_active() -> bool:
 
 
 def cache_arguments(cache: KVCache):
-    """``(FORMAT, kv, kv_stride, scales, scale_stride, fp8_scale, value_scale)`` for the decode
-    kernel. ``value_scale`` turns the loader's values into true values (fp8: times the tensor scale,
-    which the kernel reads from ``fp8_scale`` on the device, so no host sync is needed)."""
+    """``(FORMAT, kv, kv_stride, scales, scale_stride)`` for the decode kernel: the stored rows and
+    their row stride, and the format's scales (fp8: the per-tensor float32 scale, read on the
+    device so that no host sync is needed; MXFP4: the E8M0 rows and their stride; bf16: none)."""
     if isinstance(cache, Bf16Cache):
-        return FMT_BF16, cache.data, cache.data.stride(0), cache.data, 0, cache.data, 1.0
+        return FMT_BF16, cache.data, cache.data.stride(0), None, None
     if isinstance(cache, Fp8Cache):
         if cache.is_fnuz:
             data = cache.data.view(torch.uint8)
-            return FMT_FP8_FNUZ, data, data.stride(0), data, 0, cache.scale, 1.0
-        # As float8_e4m3fn, so that the fp8 matrix unit can read the keys straight from the copy.
+            return FMT_FP8_FNUZ, data, data.stride(0), cache.scale, None
         data = cache.data.view(torch.float8_e4m3fn)
-        return FMT_FP8, data, data.stride(0), data, 0, cache.scale, 1.0
+        return FMT_FP8, data, data.stride(0), cache.scale, None
     if isinstance(cache, Mxfp4Cache):
-        return FMT_MXFP4, cache.data, cache.data.stride(0), cache.scales, cache.scales.stride(0), cache.data, 1.0
+        return FMT_MXFP4, cache.data, cache.data.stride(0), cache.scales, cache.scales.stride(0)
     raise TypeError(f"unsupported cache type {type(cache).__name__}")
 
 
@@ -64,34 +63,26 @@ def launch_decode(
     workspace = (part_o (num_work, rows_max, 512) float32, part_lse (num_work, rows_max) float32);
     out (total_q, H, 512) bf16, written; lse (total_q, H) float32 natural log, written if given.
     """
-    fmt, kv, kv_stride, scales, scale_stride, fp8_scale, value_scale = cache_arguments(cache)
+    fmt, kv, kv_stride, scales, scale_stride = cache_arguments(cache)
     fmt = int(getattr(fmt, "value", fmt))
     work_req, work_split, work_nsplit, split_indptr = work
     part_o, part_lse = workspace
     write_lse = lse is not None
     lse_arg = lse if write_lse else out
     lse_stride = lse.stride(0) if write_lse else 0
-    dot_f32 = interpreter_active()
-    # fp8 scores replace the key loads of the other variants; they exist for e4m3fn caches only.
-    fp8_scores = config.fp8_scores and fmt == int(FMT_FP8.value) and not config.tokens_in_m
-    # Programmatic dependent launch needs the CUDA driver (not the interpreter) and a split plan.
-    dependent = config.dependent_launch and not dot_f32 and not schedule.direct and q.device.type == "cuda"
+    interpreted = interpreter_active()
     grid = (schedule.num_work, schedule.row_blocks)
     mla_decode_kernel[grid](
         q, q.stride(0), q.stride(1),
-        kv, kv_stride, scales, scale_stride, fp8_scale,
+        kv, kv_stride, scales, scale_stride,
         kv_indptr, qo_indptr,
         work_req, work_split, work_nsplit,
         out, out.stride(0), out.stride(1), lse_arg, lse_stride,
         part_o, part_lse, schedule.rows_max,
-        sm_scale, value_scale,
+        sm_scale,
         H=num_heads, BLOCK_R=schedule.block_r, BLOCK_T=config.block_t, FORMAT=fmt,
-        DIRECT=schedule.direct, WRITE_LSE=write_lse, DOT_F32=dot_f32, RELOAD_VALUES=config.reload_values,
-        USE_ASM=not dot_f32, TOKENS_IN_M=config.tokens_in_m,
-        REGISTER_PREFETCH=config.register_prefetch and not fp8_scores,
-        FP8_SCORES=fp8_scores, FP8_IMPRECISE=config.fp8_imprecise, LAUNCH_DEPENDENTS=dependent,
+        DIRECT=schedule.direct, WRITE_LSE=write_lse, INTERPRETED=interpreted,
         num_warps=config.num_warps, num_stages=config.num_stages,
-        **({"maxnreg": config.max_registers} if config.max_registers and not dot_f32 else {}),
     )
     if not schedule.direct:
         batch = split_indptr.shape[0] - 1
@@ -100,5 +91,5 @@ def launch_decode(
             out, out.stride(0), out.stride(1), lse_arg, lse_stride,
             H=num_heads, BLOCK_R=COMBINE_BLOCK_R, BLOCK_D=COMBINE_BLOCK_D, WRITE_LSE=write_lse,
             BLOCK_S=min(COMBINE_MAX_BLOCK_S, 1 << max(0, schedule.max_splits - 1).bit_length()),
-            WAIT_FOR_PRIMARY=dependent, num_warps=4, **({"launch_pdl": True} if dependent else {}),
+            num_warps=4,
         )

@@ -27,6 +27,7 @@ docs/PERF.md has the measurements.
 
 import triton
 import triton.language as tl
+from triton.language.target_info import cuda_capability_geq
 
 FMT_BF16 = tl.constexpr(0)
 FMT_FP8 = tl.constexpr(1)
@@ -69,9 +70,9 @@ cvt.rn.f16x2.e4m3x2 $1, hi;
 
 
 @triton.jit
-def _fp8_to_f16(x, USE_ASM: tl.constexpr):
+def _fp8_to_f16(x, INTERPRETED: tl.constexpr):
     """f16 values of e4m3fn ``x`` (float8e4nv, or its bits as uint8), exact."""
-    if USE_ASM:
+    if cuda_capability_geq(8, 9) and not INTERPRETED:  # cvt.rn.f16x2.e4m3x2 needs sm_89
         if x.dtype == tl.float8e4nv:
             x = x.to(tl.uint8, bitcast=True)
         return tl.inline_asm_elementwise(_FP8_ASM, "=r,=r,r", [x], dtype=tl.float16, is_pure=False, pack=4)
@@ -172,11 +173,11 @@ def _per_byte(block_values, WIDTH: tl.constexpr):
 
 
 @triton.jit
-def _decode_mxfp4(packed, scale_bytes, USE_ASM: tl.constexpr):
+def _decode_mxfp4(packed, scale_bytes, INTERPRETED: tl.constexpr):
     """(even values, odd values), each (T, WIDTH) bf16, of WIDTH packed bytes per row and their
     (T, WIDTH // 16) E8M0 scale bytes."""
     WIDTH: tl.constexpr = packed.shape[1]
-    if USE_ASM:
+    if cuda_capability_geq(8, 0) and not INTERPRETED:  # fma.rn.bf16x2 needs sm_80
         even, odd = tl.inline_asm_elementwise(_MXFP4_ASM, "=r,=r,=r,=r,r,r", [packed, _per_byte(scale_bytes, WIDTH)],
                                               dtype=(tl.bfloat16, tl.bfloat16), is_pure=False, pack=4)
         return even, odd
@@ -206,13 +207,13 @@ def _load_span_raw(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, BY
 
 
 @triton.jit
-def decode_span(raw_a, raw_b, FORMAT: tl.constexpr, USE_ASM: tl.constexpr):
+def decode_span(raw_a, raw_b, FORMAT: tl.constexpr, INTERPRETED: tl.constexpr):
     """The two pieces (T, WIDTH) of a span from ``_load_span_raw``'s result (for the nope span of
     ``load_raw_tile``: the values)."""
     if FORMAT == FMT_MXFP4:
-        return _decode_mxfp4(raw_a, raw_b, USE_ASM)
+        return _decode_mxfp4(raw_a, raw_b, INTERPRETED)
     elif FORMAT == FMT_FP8:
-        return _fp8_to_f16(raw_a, USE_ASM), _fp8_to_f16(raw_b, USE_ASM)
+        return _fp8_to_f16(raw_a, INTERPRETED), _fp8_to_f16(raw_b, INTERPRETED)
     elif FORMAT == FMT_FP8_FNUZ:
         return _fp8_fnuz_to_f16(raw_a), _fp8_fnuz_to_f16(raw_b)
     else:
@@ -236,34 +237,19 @@ def load_raw_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FOR
 
 
 @triton.jit
-def decode_tile(nope_x, nope_y, rope_x, rope_y, FORMAT: tl.constexpr, USE_ASM: tl.constexpr):
+def decode_tile(nope_x, nope_y, rope_x, rope_y, FORMAT: tl.constexpr, INTERPRETED: tl.constexpr):
     """``(nope_a, nope_b, rope_a, rope_b)`` (see the module doc) of ``load_raw_tile``'s result."""
-    nope_a, nope_b = decode_span(nope_x, nope_y, FORMAT, USE_ASM)
-    rope_a, rope_b = decode_span(rope_x, rope_y, FORMAT, USE_ASM)
+    nope_a, nope_b = decode_span(nope_x, nope_y, FORMAT, INTERPRETED)
+    rope_a, rope_b = decode_span(rope_x, rope_y, FORMAT, INTERPRETED)
     return nope_a, nope_b, rope_a, rope_b
 
 
 @triton.jit
 def load_key_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr,
-                  USE_ASM: tl.constexpr):
+                  INTERPRETED: tl.constexpr):
     """Load and decode cached tokens as keys: ``decode_tile(load_raw_tile(...))``."""
     nope_x, nope_y, rope_x, rope_y = load_raw_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT)
-    return decode_tile(nope_x, nope_y, rope_x, rope_y, FORMAT, USE_ASM)
-
-
-@triton.jit
-def load_value_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr,
-                    USE_ASM: tl.constexpr):
-    """The value columns (first 512) of the same tokens, read a second time (the
-    ``reload_values`` option): ``(nope_a, nope_b)`` (T, 256) each, as ``decode_tile`` gives them.
-
-    It made the first kernels' loads pipelined (Triton then streamed a load that fed one matrix
-    product, not one that fed two; the second read hits L2). Since the decode is kept before
-    shared memory (module doc) one read serves both products, and the default reads once.
-    """
-    # The second read is the last use: evict_first also keeps the compiler from merging it with the first.
-    x, y = _load_span_raw(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, 0, NOPE_HALF, FORMAT, "evict_first")
-    return decode_span(x, y, FORMAT, USE_ASM)
+    return decode_tile(nope_x, nope_y, rope_x, rope_y, FORMAT, INTERPRETED)
 
 
 @triton.jit
