@@ -5,7 +5,7 @@
 #
 # - Installs the peers' wheels from .whl/ (FlashInfer; see /work/shared/PEERS.md and docs/PERF.md)
 #   into .peers/ when .whl/ is present; without it FlashInfer is reported as "not installed".
-# - Runs `mixmla bench` (SPEC.md's 8 shapes x bf16/fp8/mxfp4/auto + torch, FlashInfer, FlashMLA),
+# - Runs `mixmla bench` (docs/SPEC.md's 8 shapes x bf16/fp8/mxfp4/auto + torch, FlashInfer, FlashMLA),
 #   which must finish within its 480 s budget, writing results.json, summary.md, bench.png and
 #   bench.log into $OUT (default bench/out/h200-<timestamp>).
 # - Prints the short table last.

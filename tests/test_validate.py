@@ -19,6 +19,8 @@ from mixmla import validate
 from mixmla.formats import quantize_fp8, quantize_mxfp4
 from mixmla.formats import quantize as quantize_any
 
+from conftest import indptr
+
 H = 16
 KV_LENS = (5, 3)  # two requests; total_kv = 8
 Q_LENS = (1, 2)  # total_q = 3
@@ -37,9 +39,9 @@ def device(request):
 def plan_device(device):
     """``device`` where a plan can be made: CPU plans need the Triton interpreter, which a test
     run on a CUDA machine does not use (it compiles for the GPU)."""
-    from mixmla.kernels.launch import interpreter_active
+    from mixmla import interpreter
 
-    if device.type == "cpu" and not interpreter_active():
+    if device.type == "cpu" and not interpreter.active():
         pytest.skip("CPU plans need TRITON_INTERPRET=1; this run compiles kernels for the GPU")
     return device
 
@@ -73,13 +75,6 @@ def _api():
     return api
 
 
-def _indptr(lens, device, dtype=torch.int32):
-    ptr = [0]
-    for n in lens:
-        ptr.append(ptr[-1] + n)
-    return torch.tensor(ptr, dtype=dtype, device=device)
-
-
 def _cache(fmt, rows, device):
     x = torch.randn(rows, 1, 576, device=device)
     if fmt == "bf16":
@@ -97,8 +92,8 @@ def good_args(device, fmt="bf16"):
     return dict(
         q=torch.randn(total_q, H, 576, device=device).to(torch.bfloat16),
         cache=_cache(fmt, total_kv, device),
-        kv_indptr=_indptr(KV_LENS, device),
-        qo_indptr=_indptr(Q_LENS, device),
+        kv_indptr=indptr(KV_LENS, device=device),
+        qo_indptr=indptr(Q_LENS, device=device),
         sm_scale=None,
         out=None,
     )

@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .formats import FORMATS, HEAD_DIM, VALUE_DIM, Bf16Cache, Fp8Cache, Mxfp4Cache, as_cache
+from .formats import FORMATS, HEAD_DIM, VALUE_DIM, Fp8Cache, Mxfp4Cache, as_cache
 
 #: Query head counts the kernels are built for (DeepSeek's 128 heads over TP = 8, 4, 2, 1).
 SUPPORTED_NUM_HEADS = (16, 32, 64, 128)
@@ -317,7 +317,7 @@ def check_decode_inputs(
     num_heads_supported: allowed H. check_values: also check the indptr values and the fp8 scale
     value (one host transfer; a sync on a GPU). max_q_len: optional limit on rows per request in q.
 
-    ``Lq > Lk`` is allowed: queries that see no cache row give zeros (SPEC.md).
+    ``Lq > Lk`` is allowed: queries that see no cache row give zeros (docs/SPEC.md).
     Returns ``DecodeInputs`` (the wrapped cache and host copies of the indptrs when checked).
     """
     q = check_q(q, num_heads_supported)

@@ -12,11 +12,11 @@ import torch
 import mixmla
 from mixmla.check import check_strict
 from mixmla.formats import quantize
-from mixmla.plan import DEFAULT_CONFIGS, MAX_BLOCK_R, KernelConfig, block_rows, default_config
+from mixmla.kernels.triton.configs import DEFAULT_CONFIGS, KernelConfig, default_config
 from mixmla.reference import mla_decode_reference
+from mixmla.schedule import MAX_BLOCK_R, block_rows
 
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-FORMATS = ("bf16", "fp8", "mxfp4")
+from conftest import DEVICE, FORMATS, indptr, poisoned_out
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_split_path_matches_reference(fmt):
@@ -27,12 +27,11 @@ def test_split_path_matches_reference(fmt):
     gen = torch.Generator(device=DEVICE).manual_seed(sum(map(ord, fmt)))
     q = torch.randn(sum(q_lens), heads, 576, generator=gen, device=DEVICE).to(torch.bfloat16)
     cache = quantize(torch.randn(sum(kv_lens), 576, generator=gen, device=DEVICE), fmt)
-    kv_indptr = torch.tensor([0, 70, 70, 203], dtype=torch.int32, device=DEVICE)
-    qo_indptr = torch.tensor([0, 2, 4, 5], dtype=torch.int32, device=DEVICE)
+    kv_indptr, qo_indptr = indptr(kv_lens), indptr(q_lens)
     config = dataclasses.replace(DEFAULT_CONFIGS[fmt], min_chunk=32, items_per_sm=2.0)
     plan = mixmla.plan(kv_indptr, qo_indptr, heads, fmt, config=config)
     assert not plan.schedule.direct, "the case should exercise the split path and the merge"
-    out = torch.full((q.shape[0], heads, 512), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    out = poisoned_out(q.shape[0], heads)
     plan.run(q, cache, out)
     ref, _ = mla_decode_reference(q, cache, kv_indptr, qo_indptr)
     result = check_strict(out, ref)
@@ -57,8 +56,7 @@ def test_default_config_fits_64_row_programs(fmt):
 
 
 def test_plan_uses_the_fitted_default_and_keeps_an_explicit_config():
-    kv_indptr = torch.tensor([0, 10], dtype=torch.int32, device=DEVICE)
-    qo_indptr = torch.tensor([0, 4], dtype=torch.int32, device=DEVICE)
+    kv_indptr, qo_indptr = indptr([10]), indptr([4])
     assert mixmla.plan(kv_indptr, qo_indptr, 128, "bf16").config == default_config("bf16", 4 * 128)
     assert mixmla.plan(kv_indptr, qo_indptr, 128, "bf16").schedule.block_r == MAX_BLOCK_R
     mine = KernelConfig(block_t=32, num_stages=3)
@@ -73,12 +71,11 @@ def test_merge_of_more_chunks_than_one_combine_load(fmt):
     gen = torch.Generator(device=DEVICE).manual_seed(41)
     q = torch.randn(len(kv_lens), heads, 576, generator=gen, device=DEVICE).to(torch.bfloat16)
     cache = quantize(torch.randn(sum(kv_lens), 576, generator=gen, device=DEVICE), fmt)
-    kv_indptr = torch.tensor([0, 1300, 1300, 1370], dtype=torch.int32, device=DEVICE)
-    qo_indptr = torch.arange(len(kv_lens) + 1, dtype=torch.int32, device=DEVICE)
+    kv_indptr, qo_indptr = indptr(kv_lens), indptr([1] * len(kv_lens))
     config = dataclasses.replace(DEFAULT_CONFIGS[fmt], block_t=32, num_stages=2, min_chunk=32, items_per_sm=1.0)
     plan = mixmla.plan(kv_indptr, qo_indptr, heads, fmt, config=config)
     assert plan.schedule.max_splits > 32, plan.schedule.max_splits
-    out = torch.full((q.shape[0], heads, 512), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    out = poisoned_out(q.shape[0], heads)
     out, lse = plan.run(q, cache, out, return_lse=True)
     ref, ref_lse = mla_decode_reference(q, cache, kv_indptr, qo_indptr)
     assert check_strict(out, ref).passed, check_strict(out, ref)

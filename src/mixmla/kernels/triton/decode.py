@@ -14,8 +14,9 @@ make the plan's balance worse.
 import triton
 import triton.language as tl
 
-from .loaders import FMT_FP8, FMT_FP8_FNUZ, NOPE_HALF, ROPE_HALF, load_key_tile, load_query_piece, store_value_rows
+from .layout import FMT_FP8, FMT_FP8_FNUZ, NOPE_HALF, ROPE_HALF, load_query_piece, store_value_rows
 from .softmax import LN2, finish_rows, online_softmax_step
+from .tiles import load_key_tile
 
 
 @triton.jit
@@ -53,7 +54,7 @@ def mla_decode_kernel(
     """Grid: (work items, row blocks).
 
     q (total_q, H, 576) bf16 with strides (stride_qt, stride_qh, 1). Cache rows and their scales
-    as described in ``loaders.load_raw_tile`` (fp8: ``scale_ptr`` is the per-tensor float32 scale).
+    as described in ``tiles.load_raw_tile`` (fp8: ``scale_ptr`` is the per-tensor float32 scale).
     work_req/work_split/work_nsplit (num_work,) int32: the request of each work item, which chunk
     it is and how many chunks that request has. DIRECT: write ``out`` (total_q, H, 512) bf16 and
     ``lse`` (total_q, H) float32 natural log; otherwise write ``part_o`` (num_work, rows_max, 512)
@@ -71,7 +72,7 @@ def mla_decode_kernel(
     q_start = tl.load(qo_indptr + req).to(tl.int64)
     q_len = (tl.load(qo_indptr + req + 1) - q_start).to(tl.int32)
 
-    # The loaders return fp8 values unscaled; the tensor scale joins the softmax and output scales.
+    # fp8 tiles decode to the stored values; the tensor scale joins the softmax and output scales.
     if F16_OPERANDS:
         value_scale = tl.load(scale_ptr)
     else:

@@ -1,6 +1,6 @@
 """Kernel-shape sweep on a GPU: correctness first, then GPU time per format and config.
 
-Usage (on the H200): ``PYTHONPATH=src python3 bench/sweep_kernels.py --out $OUT [--quick]``.
+Usage (on the H200): ``PYTHONPATH=src python3 bench/studies/sweep_kernels.py --out $OUT [--quick]``.
 Kernel shapes to try at 256 x 8192: ``SWEEP_CFGS="bt,nw,ns;..."`` (``KernelConfig``'s block_t,
 num_warps, num_stages; "none" skips this step); each is checked (strict, relative L2 logged) before it is timed unless
 ``--skip-check``. The split policies are then timed on the 8 benchmark shapes with the best shape.
@@ -30,7 +30,7 @@ from mixmla.formats import as_cache
 from mixmla.harness.cases import min_bytes
 from mixmla.harness.ceiling import measure_hbm_ceiling
 from mixmla.inputs import generate_input
-from mixmla.plan import DEFAULT_CONFIGS, KernelConfig
+from mixmla.kernels.triton.configs import DEFAULT_CONFIGS, KernelConfig
 from mixmla.reference import mla_decode_reference
 
 FORMATS = ("bf16", "fp8", "mxfp4")

@@ -1,0 +1,111 @@
+"""The Triton kernels' argument lists and their launch.
+
+This is the only module that knows what the kernels take: ``launches`` turns a plan's constants and
+one call's tensors into the kernel launches of that call, each a :class:`Launch` holding every
+kernel parameter in order (constexprs included), which is what Triton's dispatcher and a compiled
+kernel's own launcher both take. The launcher runs them; ``compile`` compiles them for a target
+without a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ...formats import VALUE_DIM, Bf16Cache, Fp8Cache, KVCache, Mxfp4Cache
+from ...schedule import Schedule
+from .combine import mla_combine_kernel
+from .configs import KernelConfig
+from .decode import mla_decode_kernel
+from .layout import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
+
+COMBINE_BLOCK_R = 16  #: rows per combine program
+COMBINE_BLOCK_D = 32  #: output columns per combine program: 16 programs per row block, many in flight
+COMBINE_MAX_BLOCK_S = 16  #: partials one combine load reads (registers: 16 x 16 x 32 floats per program)
+
+
+class Launch(NamedTuple):
+    """One kernel launch: ``kernel[grid](*args, **options)``. args: every parameter of the kernel
+    in order, constexprs included; options: Triton launch options (num_warps, num_stages)."""
+
+    kernel: object
+    grid: tuple
+    args: tuple
+    options: dict
+
+
+def cache_arguments(cache: KVCache) -> tuple:
+    """``(FORMAT, kv, kv_stride, scales, scale_stride)`` for the decode kernel: the stored rows and
+    their row stride, and the format's scales (fp8: the per-tensor float32 scale, read on the
+    device so that no host sync is needed; MXFP4: the E8M0 rows and their stride; bf16: none)."""
+    if isinstance(cache, Bf16Cache):
+        return FMT_BF16.value, cache.data, cache.data.stride(0), None, None
+    if isinstance(cache, Fp8Cache):
+        if cache.is_fnuz:
+            data = cache.data.view(torch.uint8)
+            return FMT_FP8_FNUZ.value, data, data.stride(0), cache.scale, None
+        data = cache.data.view(torch.float8_e4m3fn)
+        return FMT_FP8.value, data, data.stride(0), cache.scale, None
+    if isinstance(cache, Mxfp4Cache):
+        return FMT_MXFP4.value, cache.data, cache.data.stride(0), cache.scales, cache.scales.stride(0)
+    raise TypeError(f"unsupported cache type {type(cache).__name__}")
+
+
+class PlanConstants(NamedTuple):
+    """What a plan fixes for every call: the schedule and its device tensors, and the kernel shape.
+
+    work: (work_req, work_split, work_nsplit, split_indptr) int32 device tensors of ``schedule``;
+    workspace: (part_o (num_work, rows_max, 512) float32, part_lse (num_work, rows_max) float32)
+    device tensors (unused when the schedule is direct); sm_scale: softmax scale; num_heads: H.
+    """
+
+    schedule: Schedule
+    work: tuple
+    workspace: tuple
+    sm_scale: float
+    num_heads: int
+    config: KernelConfig
+    interpreted: bool
+
+
+def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor,
+             out: torch.Tensor, lse: torch.Tensor | None) -> list[Launch]:
+    """The launches of one call: decode, then combine unless the schedule is direct.
+
+    q (total_q, H, 576) bf16; cache a ``mixmla.formats`` container; kv_indptr, qo_indptr (batch+1,)
+    int32/int64 on q's device; out (total_q, H, 512) bf16, written; lse (total_q, H) float32
+    natural log, written when given.
+    """
+    s, config = plan.schedule, plan.config
+    fmt, kv, kv_stride, scales, scale_stride = cache_arguments(cache)
+    work_req, work_split, work_nsplit, split_indptr = plan.work
+    part_o, part_lse = plan.workspace
+    write_lse = lse is not None
+    lse_arg = lse if write_lse else out
+    lse_stride = lse.stride(0) if write_lse else 0
+    decode = Launch(mla_decode_kernel, (s.num_work, s.row_blocks), (
+        q, q.stride(0), q.stride(1),
+        kv, kv_stride, scales, scale_stride,
+        kv_indptr, qo_indptr,
+        work_req, work_split, work_nsplit,
+        out, out.stride(0), out.stride(1), lse_arg, lse_stride,
+        part_o, part_lse, s.rows_max,
+        plan.sm_scale,
+        plan.num_heads, s.block_r, config.block_t, fmt, s.direct, write_lse, plan.interpreted,
+    ), dict(num_warps=config.num_warps, num_stages=config.num_stages))
+    if s.direct:
+        return [decode]
+    batch = split_indptr.shape[0] - 1
+    combine = Launch(mla_combine_kernel, (batch, -(-s.rows_max // COMBINE_BLOCK_R), VALUE_DIM // COMBINE_BLOCK_D), (
+        part_o, part_lse, s.rows_max, split_indptr, qo_indptr,
+        out, out.stride(0), out.stride(1), lse_arg, lse_stride,
+        plan.num_heads, COMBINE_BLOCK_R, COMBINE_BLOCK_D,
+        min(COMBINE_MAX_BLOCK_S, 1 << max(0, s.max_splits - 1).bit_length()), write_lse,
+    ), dict(num_warps=4))
+    return [decode, combine]
+
+
+def run(launch: Launch) -> None:
+    """Launch through Triton's dispatcher (which compiles on first sight of a specialization)."""
+    launch.kernel[launch.grid](*launch.args, **launch.options)
