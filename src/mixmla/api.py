@@ -47,12 +47,11 @@ class DecodePlan:
         self.num_heads = int(num_heads)
         self.fmt = fmt
         self.sm_scale = scale
-        kv_host = np.asarray(kv_ptr, dtype=np.int64)
-        qo_host = np.asarray(qo_ptr, dtype=np.int64)
-        self.batch = len(kv_host) - 1
+        kv_host, qo_host = kv_ptr, qo_ptr  # int64 numpy arrays
+        self.batch = kv_host.shape[0] - 1
         self.total_kv = int(kv_host[-1])
         self.total_q = int(qo_host[-1])
-        layout = Layout(self.device, self.num_heads, fmt, scale, np.diff(kv_host), np.diff(qo_host))
+        layout = Layout(self.device, self.num_heads, fmt, scale, kv_host[1:] - kv_host[:-1], qo_host[1:] - qo_host[:-1])
         chosen = get_backend(backend, layout)
         self.backend = chosen.name
         self._plan = chosen.plan(layout, config)

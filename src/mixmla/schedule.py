@@ -23,7 +23,7 @@ MIN_BLOCK_R = 16  #: a matrix product needs at least 16 rows
 
 def rows_per_request(q_lens, num_heads: int) -> int:
     """Query rows (Lq * H) of the longest request, at least H: what a program's rows must cover."""
-    return int(max(1, np.asarray(q_lens, dtype=np.int64).max(initial=1))) * num_heads
+    return max(1, int(np.asarray(q_lens).max(initial=1))) * num_heads
 
 
 def block_rows(rows_max: int) -> int:
@@ -60,37 +60,46 @@ class Schedule:
 
 
 def splits_per_request(kv_lens: np.ndarray, target_items: float, min_chunk: int) -> np.ndarray:
-    """Chunks per request (int32, like ``kv_lens``): about ``total_tokens / target_items`` tokens
-    per chunk, at least ``min_chunk``, at least one chunk per request."""
-    total = int(kv_lens.sum())
-    chunk = max(min_chunk, math.ceil(total / max(target_items, 1.0)))
-    nsplit = np.maximum(1, np.rint(kv_lens / chunk)).astype(np.int64)
-    # Never more chunks than min_chunk-sized pieces of the request.
-    return np.minimum(nsplit, np.maximum(1, -(-kv_lens // min_chunk))).astype(np.int32)
+    """Chunks per request (int32; kv_lens int64): about ``total_tokens / target_items`` tokens per
+    chunk, at least ``min_chunk``, at least one chunk per request."""
+    chunk = max(min_chunk, math.ceil(int(kv_lens.sum()) / max(target_items, 1.0)))
+    # Never more chunks than min_chunk-sized pieces of the request, never fewer than one.
+    nsplit = np.minimum(np.rint(kv_lens / chunk), (kv_lens + (min_chunk - 1)) // min_chunk)
+    return np.maximum(nsplit, 1).astype(np.int32)
 
 
 def make_schedule(kv_lens, q_lens, num_heads: int, num_sms: int, items_per_sm: float, min_chunk: int,
                   block_t: int = 1) -> Schedule:
     """Plan one launch.
 
-    kv_lens, q_lens: per-request cached tokens and query tokens (sequences of ints, same length).
-    num_heads: H. num_sms: multiprocessors of the device (132 on an H200). items_per_sm, min_chunk:
-    the split policy (module doc); min_chunk is rounded up to ``block_t``, the kernel's tile.
+    kv_lens, q_lens: per-request cached tokens and query tokens (int sequences or arrays, same
+    length). num_heads: H. num_sms: multiprocessors of the device (132 on an H200). items_per_sm,
+    min_chunk: the split policy (module doc); min_chunk is rounded up to ``block_t``, the kernel's
+    tile.
     """
     kv_lens = np.asarray(kv_lens, dtype=np.int64)
-    q_lens = np.asarray(q_lens, dtype=np.int64)
     rows_max = rows_per_request(q_lens, num_heads)
     block_r = block_rows(rows_max)
     row_blocks = -(-rows_max // block_r)
-    target = num_sms * items_per_sm / row_blocks
-    nsplit = splits_per_request(kv_lens, target, max(min_chunk, block_t))
-    split_indptr = np.zeros(len(kv_lens) + 1, dtype=np.int32)
+    nsplit = splits_per_request(kv_lens, num_sms * items_per_sm / row_blocks, max(min_chunk, block_t))
+    return schedule_of_splits(nsplit, rows_max, block_r, row_blocks)
+
+
+def schedule_of_splits(nsplit: np.ndarray, rows_max: int, block_r: int, row_blocks: int) -> Schedule:
+    """The schedule whose request b has ``nsplit[b]`` chunks (int32 (batch,)); the rest as in
+    ``Schedule``. Everything but the rows depends on ``nsplit`` alone."""
+    batch = nsplit.shape[0]
+    max_splits = int(nsplit.max(initial=1))
+    if max_splits == 1:  # direct: one work item per request
+        requests = np.arange(batch, dtype=np.int32)
+        return Schedule(requests, np.zeros(batch, np.int32), nsplit, np.arange(batch + 1, dtype=np.int32), rows_max,
+                        block_r, row_blocks, direct=True, max_splits=1)
+    split_indptr = np.zeros(batch + 1, dtype=np.int32)
     np.cumsum(nsplit, out=split_indptr[1:])
-    work_req = np.repeat(np.arange(len(kv_lens), dtype=np.int32), nsplit)
-    work_split = (np.arange(work_req.shape[0], dtype=np.int32) - split_indptr[work_req]).astype(np.int32)
-    work_nsplit = nsplit[work_req].astype(np.int32)
-    return Schedule(work_req, work_split, work_nsplit, split_indptr, rows_max, block_r, row_blocks,
-                    direct=bool((nsplit == 1).all()), max_splits=int(nsplit.max(initial=1)))
+    work_req = np.repeat(np.arange(batch, dtype=np.int32), nsplit)
+    work_split = np.arange(work_req.shape[0], dtype=np.int32) - split_indptr[work_req]
+    return Schedule(work_req, work_split, nsplit[work_req], split_indptr, rows_max, block_r, row_blocks,
+                    direct=False, max_splits=max_splits)
 
 
 @functools.lru_cache(maxsize=None)

@@ -81,6 +81,9 @@ class Backend(abc.ABC):
         """Make ``layout`` ready to launch; ``config`` overrides the backend's kernel shape."""
 
 
+_LOADED: dict = {}
+
+
 def get_backend(name: str, layout: Layout) -> Backend:
     """The backend ``name`` ('auto', 'triton' or 'gluon'; 'auto' is 'triton') for ``layout``.
 
@@ -90,12 +93,16 @@ def get_backend(name: str, layout: Layout) -> Backend:
     if not isinstance(name, str) or name not in BACKEND_CHOICES:
         raise ValueError(f"backend must be one of {BACKEND_CHOICES}, got {name!r}")
     chosen = "triton" if name == "auto" else name
-    module_name = f"{__package__}.{chosen}.backend"
-    try:
-        backend = importlib.import_module(module_name).BACKEND
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"backend={name!r}: the {chosen} backend is not available in this installation "
-                         f"({module_name}: {err}); backend='triton' (what 'auto' picks) is") from err
+    backend = _LOADED.get(chosen)
+    if backend is None:
+        module_name = f"{__package__}.{chosen}.backend"
+        try:
+            backend = importlib.import_module(module_name).BACKEND
+        except (ImportError, AttributeError) as err:
+            raise ValueError(f"backend={name!r}: the {chosen} backend is not available in this installation "
+                             f"({module_name}: {err}); backend='triton' (what 'auto' picks) is") from err
+        if chosen == "triton":  # others are looked up each time (sys.modules answers), so one can be stood in
+            _LOADED[chosen] = backend
     reason = backend.unsupported(layout)
     if reason is not None:
         raise ValueError(f"backend={name!r} cannot run this plan: {reason}")

@@ -3,8 +3,12 @@
 This is the only module that knows what the kernels take: ``launches`` turns a plan's constants and
 one call's tensors into the kernel launches of that call, each a :class:`Launch` holding every
 kernel parameter in order (constexprs included), which is what Triton's dispatcher and a compiled
-kernel's own launcher both take. The launcher runs them; ``compile`` compiles them for a target
-without a GPU.
+kernel's own launcher both take. ``compile`` compiles them for a target without a GPU.
+
+Launching through Triton's dispatcher (``kernel[grid](...)``) binds and specializes every argument
+in Python on every call, which costs more host time than the GPU work of a small decode step.
+:class:`CompiledLaunches` does that once per plan and call key (``call_key``: what the
+specialization depends on) and afterwards calls the compiled kernels' own launchers.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import triton
+from triton.compiler import CompiledKernel
 
 from ...formats import VALUE_DIM, Bf16Cache, Fp8Cache, KVCache, Mxfp4Cache
 from ...schedule import Schedule
@@ -106,6 +112,66 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
     return [decode, combine]
 
 
-def run(launch: Launch) -> None:
-    """Launch through Triton's dispatcher (which compiles on first sight of a specialization)."""
-    launch.kernel[launch.grid](*launch.args, **launch.options)
+def run(launch: Launch):
+    """Launch through Triton's dispatcher, which compiles on first sight of a specialization.
+    Returns what the dispatcher returns (the CompiledKernel, when it compiled synchronously)."""
+    return launch.kernel[launch.grid](*launch.args, **launch.options)
+
+
+def _signature(t: torch.Tensor | None) -> tuple | None:
+    return None if t is None else (t.dtype, t.data_ptr() & 15, t.stride())
+
+
+def call_key(q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, out: torch.Tensor,
+             lse: torch.Tensor | None) -> tuple:
+    """What Triton's specialization of a call's kernels depends on, for a given plan: each call
+    tensor's dtype, 16-byte alignment and strides (every per-call argument of ``launches`` is one
+    of these tensors or an integer read from their strides; the rest is the plan's)."""
+    extra = cache.scale if isinstance(cache, Fp8Cache) else cache.scales if isinstance(cache, Mxfp4Cache) else None
+    return (_signature(q), _signature(cache.data), _signature(extra), _signature(kv_indptr), _signature(qo_indptr),
+            _signature(out), _signature(lse))
+
+
+def launch_compiled(kernel: CompiledKernel, grid: tuple, stream: int, args: tuple) -> None:
+    """Launch a kernel the dispatcher compiled (and loaded) through its own launcher: ``args``
+    holds every parameter in order, as for the dispatcher; no launch hooks."""
+    kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream, kernel.function,
+               kernel.packed_metadata, None, None, None, *args)
+
+
+def _has_hooks(hook) -> bool:
+    # Triton 3.6 keeps its launch hooks as a (normally empty) HookChain; older ones used None.
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+class CompiledLaunches:
+    """A plan's compiled kernels per call key and CUDA device, so that only the first call of each
+    key goes through the dispatcher.
+
+    The dispatcher also runs when a launch hook is set (a profiler's), so that the hook sees the
+    launch, and when it did not hand back a compiled kernel (asynchronous compilation).
+    current_device, current_stream: how to find where to launch (default: Triton's active driver,
+    which asks torch; the current device's current stream, as the dispatcher launches).
+    """
+
+    def __init__(self, current_device=None, current_stream=None):
+        self._kernels: dict[tuple, list] = {}
+        self._current_device = current_device
+        self._current_stream = current_stream
+
+    def launch(self, launches: list[Launch], key: tuple) -> None:
+        if self._current_device is None:
+            driver = triton.runtime.driver.active
+            self._current_device, self._current_stream = driver.get_current_device, driver.get_current_stream
+        runtime = triton.knobs.runtime
+        hooked = _has_hooks(runtime.launch_enter_hook) or _has_hooks(runtime.launch_exit_hook)
+        device = self._current_device()
+        kernels = None if hooked else self._kernels.get((device, key))
+        if kernels is None:
+            compiled = [run(one) for one in launches]
+            if not hooked and all(isinstance(k, CompiledKernel) for k in compiled):
+                self._kernels[(device, key)] = compiled
+            return
+        stream = self._current_stream(device)
+        for kernel, one in zip(kernels, launches):
+            launch_compiled(kernel, one.grid, stream, one.args)
