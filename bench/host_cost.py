@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -43,7 +42,7 @@ import torch
 
 import mixmla
 from mixmla import api
-from mixmla.harness.env import device_info
+from mixmla.harness.env import device_info, source_commit
 from mixmla.inputs import generate_input
 from mixmla.kernels.triton import backend as triton_backend
 from mixmla.kernels.triton import launch
@@ -167,11 +166,7 @@ def main(argv=None) -> int:
         import triton.runtime.interpreter as triton_interpreter
 
         triton_interpreter.InterpretedFunction.run = lambda self, *args, **kwargs: None
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
-    except OSError:
-        commit = None
+    commit = source_commit()
     info = device_info()
     print(f"host cost per call on {info['name']}, commit {commit}, torch {info['torch']}, triton {info['triton']}"
           + ("" if cuda else " (CPU: mixmla's Python only, kernel launches stubbed out)"), flush=True)

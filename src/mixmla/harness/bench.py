@@ -172,7 +172,7 @@ def run_gpu(args, specs: list[dict], paths: list[str], peer_names: list[str]) ->
 
     from .cases import Case
     from .ceiling import measure_hbm_ceiling
-    from .env import device_info
+    from .env import device_info, source_commit
     from .measure import check_impl_case, exit_status, peer_formats, time_impl_case
     from .peers import make_impl
     from .report import format_table, geomeans, make_row, new_results, write_all
@@ -203,7 +203,8 @@ def run_gpu(args, specs: list[dict], paths: list[str], peer_names: list[str]) ->
     objs = {"mixmla": make_impl("mixmla"), **peer_objs}
 
     results = new_results("gpu", info, ceiling.as_dict(),
-                          dict(settings.as_dict(), shapes=len(specs), paths=",".join(paths), peers=",".join(peer_names)))
+                          dict(settings.as_dict(), shapes=len(specs), paths=",".join(paths), peers=",".join(peer_names)),
+                          commit=source_commit())
     results["peers"] = peers_doc
     timer, flushers = CudaEventTimer(), (L2Flusher(mode="read"), L2Flusher(mode="write"))
     total = len(specs) * len(impls)

@@ -23,7 +23,7 @@ def run_demo(args, specs: list[dict] | None, paths: list[str], peer_names: list[
     exit status (0 when every path of ours passed its strict check)."""
     from .. import interpreter
     from .cases import Case, spec_label
-    from .env import device_info
+    from .env import device_info, source_commit
     from .measure import check_impl_case, exit_status, peer_formats
     from .peers import make_impl
     from .report import format_table, make_row, new_results, write_all
@@ -35,7 +35,8 @@ def run_demo(args, specs: list[dict] | None, paths: list[str], peer_names: list[
 
     specs = specs or [dict(DEMO_SPEC)]
     impls = [("mixmla", p) for p in paths]
-    results = new_results("cpu-demo", device_info(), None, {"paths": ",".join(paths), "peers": ",".join(peer_names)})
+    results = new_results("cpu-demo", device_info(), None, {"paths": ",".join(paths), "peers": ",".join(peer_names)},
+                          commit=source_commit())
     objs = {"mixmla": make_impl("mixmla")}
     for name in peer_names:
         obj = make_impl(name)

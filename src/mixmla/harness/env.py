@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime
+import os
 import platform
+import subprocess
 
-__all__ = ["has_cuda", "device_info"]
+__all__ = ["has_cuda", "device_info", "source_commit"]
 
 
 def has_cuda() -> bool:
@@ -38,3 +40,19 @@ def device_info(device=None) -> dict:
 
         info.update(name="cpu (no CUDA GPU)", interpreter=interpreter.active())
     return info
+
+
+def source_commit() -> str | None:
+    """The git commit (short hash, ``+`` when the work tree has changes) of the checkout mixmla is
+    imported from, or None when it is not a git checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+" if dirty else "")
