@@ -1,13 +1,13 @@
 """bf16 caches: rows are stored as the kernel uses them, so decoding is the identity.
 
 A span (the 512 nope columns or the 64 rope columns of each token) is read as its two halves
-(``layout``'s "halves" order); fp8 rows, one byte per value, are read the same way.
+(``pieces``' "halves" order); fp8 rows, one byte per value, are read the same way.
 """
 
 import triton
 import triton.language as tl
 
-from .layout import load_columns
+from .pieces import load_columns
 
 
 @triton.jit

@@ -2,7 +2,7 @@
 one) and one E8M0 scale byte per 32 values, in rows of their own.
 
 Decoding gives bf16 true values (the block scale applied) as the even and odd columns of a span
-(``layout``'s "interleaved" order). Packed PTX on CUDA targets (from sm_80), otherwise a portable
+(``pieces``' "interleaved" order). Packed PTX on CUDA targets (from sm_80), otherwise a portable
 integer decode, exact on every backend; both give the same bits for scale bytes 2..252. The PTX
 is impure for the reason given in ``fp8``.
 """
@@ -12,7 +12,7 @@ import triton.language as tl
 from triton.language.target_info import cuda_capability_geq
 
 from ..ptx import MXFP4_TO_BF16X2
-from .layout import load_columns
+from .pieces import load_columns
 
 _TO_BF16X2 = tl.constexpr(MXFP4_TO_BF16X2)
 

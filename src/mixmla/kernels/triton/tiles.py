@@ -1,12 +1,12 @@
 """A tile of cached tokens in any format: load its stored bits and decode them into the four pieces
-of ``layout`` (bf16 values for bf16 and MXFP4 caches, f16 stored values for fp8), dispatching on the
-``FORMAT`` constexpr to the per-format modules."""
+that ``pieces`` describes (bf16 values for bf16 and MXFP4 caches, f16 stored values for fp8),
+dispatching on the ``FORMAT`` constexpr to the per-format modules."""
 
 import triton
 import triton.language as tl
 
 from . import bf16, fp8, mxfp4
-from .layout import FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4, NOPE_HALF, ROPE_HALF
+from .pieces import FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4, NOPE_HALF, ROPE_HALF
 
 
 @triton.jit
@@ -46,7 +46,7 @@ def decode_span(raw_x, raw_y, FORMAT: tl.constexpr, INTERPRETED: tl.constexpr):
 def load_key_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT: tl.constexpr,
                   INTERPRETED: tl.constexpr):
     """``(nope_a, nope_b, rope_a, rope_b)`` of cached tokens ``tok``: (T, 256), (T, 256), (T, 32),
-    (T, 32), bf16 (f16 for fp8), columns as ``layout.column_map`` says; the nope pieces are also the
+    (T, 32), bf16 (f16 for fp8), columns as ``pieces.column_map`` says; the nope pieces are also the
     values. Arguments as for ``load_raw_tile``."""
     nope_x, nope_y, rope_x, rope_y = load_raw_tile(kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_mask, FORMAT)
     nope_a, nope_b = decode_span(nope_x, nope_y, FORMAT, INTERPRETED)
