@@ -1,142 +1,190 @@
-"""Compile the decode kernel for Hopper (sm_90) on any machine, GPU or not, and report its
-resources: registers, spills, shared memory. Catches compile errors before device time is spent.
+"""Compile the kernels for Hopper (sm_90) on any machine, GPU or not, and report their resources:
+registers, spills, shared memory, and the token loop's SASS. Catches compile errors and spills
+before device time is spent, and proves a refactor left the compiled code alone.
 
-``PYTHONPATH=src python3 bench/compile_report.py [--fmt fp8] [--block-t 32] [--warps 4] [--stages 2]
-[--reload] [--split] [--heads 16] [--loop] [--dump DIR]`` (``--help`` lists the variant flags).
+What is compiled is what a call would launch: ``mixmla.kernels.triton.compile`` builds the call's
+argument lists with the launcher's own code and specializes them as Triton's dispatcher does.
 
-``--loop`` also prints the main loop's SASS: instructions per iteration (per warp) and the most
-frequent opcodes, which is how the design log's instruction counts were taken. ``--heads 128``
-compiles the 64-row program (shared memory of the wide-head case).
+    PYTHONPATH=src python3 bench/compile_report.py [--fmt fp8] [--heads 16] [--lq 1] [--direct]
+        [--lse] [--fnuz] [--config block_t=32,num_stages=2] [--loop] [--dump DIR]
+    PYTHONPATH=src python3 bench/compile_report.py --all DIR        # every default configuration
+    PYTHONPATH=src python3 bench/compile_report.py --compare BEFORE AFTER
+
+``--loop`` prints the token loop's instructions per iteration (per warp) and the most frequent
+opcodes, which is how the design log's instruction counts were taken. ``--all DIR`` compiles every
+default configuration (bf16, fp8 e4m3fn, MXFP4 at H = 16, 32, 64, 128 and H = 16 with Lq = 4;
+direct and split; with and without lse; e4m3fnuz at H = 16 and 128) and writes each kernel's SASS
+and an ``index.json``; ``--compare`` compares two such folders kernel by kernel (whole kernel, the
+token loop up to register numbers, registers, stack, spill instructions in the loop).
 """
 
 import argparse
 import collections
+import dataclasses
+import hashlib
+import json
 import os
+import re
+import sys
+import time
 
 # Compile for real even on a machine without a GPU (mixmla would pick the interpreter there).
 os.environ["TRITON_INTERPRET"] = "0"
-import re
-import subprocess
-import tempfile
-import time
 
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+from mixmla.kernels.triton import compile as tc  # noqa: E402
+from mixmla.kernels.triton.configs import default_config  # noqa: E402
+from mixmla.schedule import rows_per_request  # noqa: E402
 
-from mixmla.kernels.decode import mla_decode_kernel
-
-FORMAT_IDS = {"bf16": 0, "fp8": 1, "mxfp4": 2}
-KV_TYPES = {"bf16": "*bf16", "fp8": "*fp8e4nv", "mxfp4": "*u8"}
+DEFAULT_SHAPES = [(fmt, heads, lq, direct, lse, fnuz)
+                  for fmt, fnuz in (("bf16", False), ("fp8", False), ("mxfp4", False), ("fp8", True))
+                  for heads, lq in ((16, 1), (32, 1), (64, 1), (128, 1), (16, 4))
+                  for direct in (True, False)
+                  for lse in (False, True)
+                  if not fnuz or (heads, lq) in ((16, 1), (128, 1))]
 
 
-def compile_decode(fmt, block_t=32, warps=4, stages=2, reload=False, direct=True, heads=16, block_r=16, asm=True, tim=False,
-                   maxnreg=None, prefetch=False, fp8_scores=False, imprecise=0, dependents=False):
-    """Compile ``mla_decode_kernel`` for sm_90 with the given constexprs; returns the CompiledKernel."""
-    sig = {
-        "q_ptr": "*bf16", "stride_qt": "i32", "stride_qh": "i32",
-        "kv_ptr": KV_TYPES[fmt], "kv_stride": "i32", "scale_ptr": KV_TYPES[fmt] if fmt != "mxfp4" else "*u8",
-        "scale_stride": "i32", "fp8_scale_ptr": "*fp32" if fmt == "fp8" else KV_TYPES[fmt],
-        "kv_indptr": "*i32", "qo_indptr": "*i32", "work_req": "*i32", "work_split": "*i32", "work_nsplit": "*i32",
-        "out_ptr": "*bf16", "stride_ot": "i32", "stride_oh": "i32", "lse_ptr": "*fp32", "stride_lt": "i32",
-        "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "rows_max": "i32", "sm_scale": "fp32", "value_scale": "fp32",
-    }
-    constexprs = dict(H=heads, BLOCK_R=block_r, BLOCK_T=block_t, FORMAT=FORMAT_IDS[fmt], DIRECT=direct,
-                      WRITE_LSE=False, DOT_F32=False, RELOAD_VALUES=reload, USE_ASM=asm, TOKENS_IN_M=tim,
-                      REGISTER_PREFETCH=prefetch, FP8_SCORES=fp8_scores and fmt == "fp8", FP8_IMPRECISE=imprecise,
-                      LAUNCH_DEPENDENTS=dependents)
-    for k, v in constexprs.items():
-        sig[k] = "constexpr"
-    names = mla_decode_kernel.arg_names
-    # What the launcher would specialize on real tensors: 16-byte aligned pointers, strides that
-    # are multiples of 16 (the MXFP4 scale stride, 24 in the benchmark, is not).
-    aligned = [n for n, t in sig.items() if t.startswith("*") or (t == "i32" and n.startswith(("stride", "kv_stride")))]
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
-    src = ASTSource(fn=mla_decode_kernel, signature=sig, attrs=attrs,
-                    constexprs={(names.index(k),): v for k, v in constexprs.items()})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages,
-                                                                                 **({'maxnreg': maxnreg} if maxnreg else {})))
+def instructions(sass: str) -> list[tuple[int, str]]:
+    """``(address, instruction text)`` of every SASS instruction."""
+    return [(int(a, 16), re.sub(r"\s+", " ", t).strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass)]
 
 
-def _cuobjdump(kernel, flag: str) -> str:
-    """What the cuobjdump that ships with Triton prints for the kernel's cubin with ``flag``."""
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        return subprocess.run([tool, flag, f.name], capture_output=True, text=True).stdout
-
-
-def resource_usage(kernel) -> str:
-    """REG/STACK/SHARED/LOCAL as reported by cuobjdump."""
-    text = _cuobjdump(kernel, "--dump-resource-usage")
-    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
-    return f"regs={m[1]} stack={m[2]} local={m[4]}" if m else text.strip()
-
-
-def sass_text(kernel) -> str:
-    """The kernel's SASS, disassembled by cuobjdump."""
-    return _cuobjdump(kernel, "--dump-sass")
-
-
-def loop_profile(sass: str):
-    """``(instructions, Counter of opcodes)`` of the longest backward branch's body in ``sass``:
-    the token loop of the decode kernel. (0, empty) if there is no loop."""
-    lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass)
+def loop_body(sass: str) -> list[str]:
+    """Instructions of the longest backward branch's body: the decode kernel's token loop."""
+    lines = instructions(sass)
     best = None
     for address, text in lines:
         m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
-        if m and int(m[1], 16) < int(address, 16):
-            span = (int(m[1], 16), int(address, 16))
-            if best is None or span[1] - span[0] > best[1] - best[0]:
-                best = span
-    ops = collections.Counter()
-    for address, text in lines:
-        if best and best[0] <= int(address, 16) <= best[1]:
-            op = re.sub(r"^@!?U?P\w+\s+", "", text.strip()).split()[0]
-            ops[op.split(".")[0]] += 1
+        if m and int(m[1], 16) < address and (best is None or address - int(m[1], 16) > best[1] - best[0]):
+            best = (int(m[1], 16), address)
+    return [t for a, t in lines if best and best[0] <= a <= best[1]]
+
+
+def loop_profile(sass: str):
+    """``(instructions, Counter of opcodes)`` of the token loop; (0, empty) if there is none."""
+    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for t in loop_body(sass))
     return sum(ops.values()), ops
 
 
+def _anonymous(body: list[str]) -> list[str]:
+    """Instructions with register numbers and immediates/addresses erased."""
+    out = []
+    for text in body:
+        text = re.sub(r"\bU?R\d+\b", "R", text)
+        text = re.sub(r"\bU?P\d\b", "P", text)
+        out.append(re.sub(r"0x[0-9a-f]+", "X", text))
+    return out
+
+
+def _config(text: str | None, fmt: str, rows: int):
+    cfg = default_config(fmt, rows)
+    for item in filter(None, (text or "").split(",")):
+        k, _, v = item.partition("=")
+        cfg = dataclasses.replace(cfg, **{k.strip(): float(v) if "." in v else int(v)})
+    return cfg
+
+
+def compile_shape(fmt, heads, lq, direct, lse=False, fnuz=False, config=None):
+    """The compiled kernels (decode, then combine when split) of one call of that shape."""
+    layout = tc.example_layout(fmt, heads, lq, split=not direct)
+    cfg = _config(config, fmt, rows_per_request(layout.q_lens, heads))
+    plan, launches = tc.plan_launches(layout, cfg, write_lse=lse, fnuz=fnuz)
+    assert plan.schedule.direct == direct, (fmt, heads, lq, direct)
+    return [(launch.kernel.fn.__name__, tc.compile_launch(launch)) for launch in launches]
+
+
+def write_all(out_dir: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    index, kernels = {}, {}
+    for shape in DEFAULT_SHAPES:
+        fmt, heads, lq, direct, lse, fnuz = shape
+        case = "/".join([fmt + ("-fnuz" if fnuz else ""), f"H{heads}", f"Lq{lq}", "direct" if direct else "split",
+                         "lse" if lse else "nolse"])
+        t = time.time()
+        names = []
+        for name, k in compile_shape(fmt, heads, lq, direct, lse, fnuz):
+            text = tc.sass(k)
+            key = f"{name}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+            if key not in kernels:
+                with open(os.path.join(out_dir, key + ".sass"), "w") as f:
+                    f.write(text)
+                kernels[key] = dict(tc.resources(k), shared_dynamic=k.metadata.shared)
+            names.append(key)
+        index[case] = names
+        print(f"{case:36s} {' '.join(names)} ({time.time() - t:.0f}s)", flush=True)
+    with open(os.path.join(out_dir, "index.json"), "w") as f:
+        json.dump({"index": index, "kernels": kernels}, f, indent=1)
+
+
+def compare(before: str, after: str) -> int:
+    """Print the comparison of two ``--all`` folders; returns the number of kernels that differ."""
+    load = lambda d: json.load(open(os.path.join(d, "index.json")))  # noqa: E731
+    b, a = load(before), load(after)
+    counts, differ = collections.Counter(), 0
+    for case, names_b in b["index"].items():
+        names_a = a["index"].get(case, [])
+        for nb, na in zip(names_b, names_a):
+            sb = open(os.path.join(before, nb + ".sass")).read()
+            sa = open(os.path.join(after, na + ".sass")).read()
+            lb, la = loop_body(sb), loop_body(sa)
+            if [t for _, t in instructions(sb)] == [t for _, t in instructions(sa)]:
+                kind = "identical"
+            elif _anonymous(lb) == _anonymous(la):
+                kind = "loop identical up to register numbers"
+            else:
+                kind = "different"
+                differ += 1
+            counts[kind] += 1
+            rb, ra = b["kernels"][nb], a["kernels"][na]
+            spills = lambda body: (sum("STL" in t for t in body), sum("LDL" in t for t in body))  # noqa: E731
+            print(f"{case:36s} {nb.split('-')[0]:18s} {kind:38s} regs/stack {rb['registers']}/{rb['stack']} -> "
+                  f"{ra['registers']}/{ra['stack']}  loop {len(lb)} -> {len(la)}, STL/LDL {spills(lb)} -> {spills(la)}")
+        if len(names_b) != len(names_a):
+            print(f"{case}: {len(names_b)} kernels before, {len(names_a)} after")
+            differ += 1
+    print(dict(counts))
+    return differ
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fmt", default="bf16,fp8,mxfp4")
-    ap.add_argument("--block-t", type=int, default=32)
-    ap.add_argument("--warps", type=int, default=4)
-    ap.add_argument("--stages", type=int, default=2)
-    ap.add_argument("--reload", action="store_true")
-    ap.add_argument("--split", action="store_true", help="the partial-output variant instead of direct")
-    ap.add_argument("--dump", default=None)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--lq", type=int, default=1, help="query tokens per request")
+    ap.add_argument("--direct", action="store_true", help="the single-chunk plan (no partials, no combine)")
+    ap.add_argument("--lse", action="store_true", help="also write the log-sum-exp")
+    ap.add_argument("--fnuz", action="store_true", help="fp8 as e4m3fnuz")
+    ap.add_argument("--config", help="KernelConfig fields over the default, e.g. block_t=32,num_stages=2")
     ap.add_argument("--loop", action="store_true", help="print the token loop's SASS instruction counts")
-    ap.add_argument("--heads", type=int, default=16, help="query heads (16 rows per program up to 16, 64 from 64)")
-    ap.add_argument("--prefetch", action="store_true", help="register prefetch instead of asynchronous copies")
-    ap.add_argument("--fp8-scores", action="store_true", help="fp8 matrix unit for the fp8 scores")
-    ap.add_argument("--imprecise", type=int, default=0)
-    ap.add_argument("--maxnreg", type=int, default=None, help="register cap per thread (ptxas)")
-    ap.add_argument("--no-asm", action="store_true", help="the portable decode instead of inline PTX")
-    ap.add_argument("--tokens-in-m", action="store_true", help="the transposed products (tokens in the row slot)")
+    ap.add_argument("--dump", metavar="DIR", help="write each kernel's TTGIR, PTX, cubin and SASS")
+    ap.add_argument("--all", metavar="DIR", help="every default configuration's SASS into DIR")
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two --all folders")
     a = ap.parse_args()
+    if a.compare:
+        return 1 if compare(*a.compare) else 0
+    if a.all:
+        write_all(a.all)
+        return 0
     for fmt in a.fmt.split(","):
         t = time.time()
-        block_r = min(64, max(16, 1 << (a.heads - 1).bit_length()))
-        k = compile_decode(fmt, a.block_t, a.warps, a.stages, a.reload, not a.split, heads=a.heads, block_r=block_r,
-                           asm=not a.no_asm, tim=a.tokens_in_m,
-                           maxnreg=a.maxnreg, prefetch=a.prefetch, fp8_scores=a.fp8_scores, imprecise=a.imprecise)
-        md = k.metadata
-        print(f"{fmt}: {resource_usage(k)} shared={md.shared} ({time.time() - t:.0f}s)", flush=True)
-        if a.loop:
-            count, ops = loop_profile(sass_text(k))
-            print(f"  loop: {count} instructions per iteration; " + ", ".join(f"{o} {n}" for o, n in ops.most_common(12)))
-        if a.dump:
-            os.makedirs(a.dump, exist_ok=True)
-            for ext in ("ttgir", "ptx"):
-                with open(os.path.join(a.dump, f"{fmt}.{ext}"), "w") as f:
-                    f.write(k.asm[ext])
-            with open(os.path.join(a.dump, f"{fmt}.cubin"), "wb") as f:
-                f.write(k.asm["cubin"])
-            with open(os.path.join(a.dump, f"{fmt}.sass"), "w") as f:
-                f.write(sass_text(k))
+        for name, k in compile_shape(fmt, a.heads, a.lq, a.direct, a.lse, a.fnuz, a.config):
+            r = tc.resources(k)
+            print(f"{fmt} {name}: regs={r['registers']} stack={r['stack']} shared={k.metadata.shared} "
+                  f"({time.time() - t:.0f}s)", flush=True)
+            if a.loop and name == "mla_decode_kernel":
+                count, ops = loop_profile(tc.sass(k))
+                print(f"  loop: {count} instructions per iteration; "
+                      + ", ".join(f"{o} {n}" for o, n in ops.most_common(12)))
+            if a.dump:
+                os.makedirs(a.dump, exist_ok=True)
+                for ext in ("ttgir", "ptx"):
+                    with open(os.path.join(a.dump, f"{fmt}-{name}.{ext}"), "w") as f:
+                        f.write(k.asm[ext])
+                with open(os.path.join(a.dump, f"{fmt}-{name}.cubin"), "wb") as f:
+                    f.write(k.asm["cubin"])
+                with open(os.path.join(a.dump, f"{fmt}-{name}.sass"), "w") as f:
+                    f.write(tc.sass(k))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -21,7 +21,7 @@ import torch
 import mixmla
 from mixmla.formats import as_cache
 from mixmla.inputs import generate_input
-from mixmla.plan import DEFAULT_CONFIGS
+from mixmla.kernels.triton.configs import DEFAULT_CONFIGS
 
 
 def main():
@@ -44,7 +44,7 @@ def main():
         for _ in range(2):
             p.run(q, as_cache(kv[fmt]))
         torch.cuda.synchronize()
-        from mixmla.kernels.decode import mla_decode_kernel
+        from mixmla.kernels.triton.decode import mla_decode_kernel
         kernels = []
         for entry in mla_decode_kernel.device_caches.values():
             cache = entry[0] if isinstance(entry, tuple) else entry

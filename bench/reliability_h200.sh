@@ -6,7 +6,7 @@
 #   all       (default) both stages; each stage is sized to finish within 10 minutes, so on a
 #             machine with a per-command limit run `tests` and `sanitize` as two commands
 #   tests     1. python3 -m pytest -m gpu tests/            (every GPU-marked test of the suite)
-#             2. tests/test_validate.py, test_reliability.py, test_property.py, test_kernel_variants.py in full (their
+#             2. tests/test_validate.py, test_reliability.py, test_property.py, test_kernel_configs.py in full (their
 #                unmarked tests then run on the GPU too)
 #   sanitize  3. bench/sanitize_driver.py once plainly (compiles the kernels, checks results)
 #             4. compute-sanitizer memcheck (full matrix), racecheck, initcheck and synccheck
@@ -45,9 +45,9 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   note "pytest -m gpu tests/: rc=$rc; $(pytest_line "$OUT/pytest_gpu.log")"
   [ $rc -eq 0 ] || status=1
   timeout "${TESTS_TIMEOUT:-280}" python3 -m pytest tests/test_validate.py tests/test_reliability.py \
-    tests/test_property.py tests/test_kernel_variants.py -q -rfEx -p no:cacheprovider 2>&1 | tee "$OUT/pytest_reliability.log" | tail -5
+    tests/test_property.py tests/test_kernel_configs.py -q -rfEx -p no:cacheprovider 2>&1 | tee "$OUT/pytest_reliability.log" | tail -5
   rc=$?
-  note "pytest test_validate/test_reliability/test_property/test_kernel_variants (all, on the GPU): rc=$rc; $(pytest_line "$OUT/pytest_reliability.log")"
+  note "pytest test_validate/test_reliability/test_property/test_kernel_configs (all, on the GPU): rc=$rc; $(pytest_line "$OUT/pytest_reliability.log")"
   [ $rc -eq 0 ] || status=1
   set +o pipefail
 fi

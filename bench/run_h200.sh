@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The whole comparison on the H200, in one command (no network there; the repo is copied over).
+# The whole comparison on a GPU (written for the H200), in one command; works without network.
 #
 #   bash bench/run_h200.sh [extra `mixmla bench` options, e.g. --quick or --shape 32,1,8192]
 #
-# - Installs the peers' wheels from .whl/ (FlashInfer; see /work/shared/PEERS.md and docs/PERF.md)
+# - Installs the peers' wheels from .whl/ (FlashInfer; see docs/DEVELOPING.md)
 #   into .peers/ when .whl/ is present; without it FlashInfer is reported as "not installed".
-# - Runs `mixmla bench` (SPEC.md's 8 shapes x bf16/fp8/mxfp4/auto + torch, FlashInfer, FlashMLA),
+# - Runs `mixmla bench` (docs/SPEC.md's 8 shapes x bf16/fp8/mxfp4/auto + torch, FlashInfer, FlashMLA),
 #   which must finish within its 480 s budget, writing results.json, summary.md, bench.png and
 #   bench.log into $OUT (default bench/out/h200-<timestamp>).
 # - Prints the short table last.

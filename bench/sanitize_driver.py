@@ -19,19 +19,15 @@ slower tools (racecheck, initcheck).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 import torch
 
-if not torch.cuda.is_available():  # CPU smoke test: the Triton interpreter (set before triton loads)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from mixmla import api  # noqa: E402
-from mixmla.check import check_strict  # noqa: E402
-from mixmla.formats import Bf16Cache, quantize_fp8, quantize_mxfp4  # noqa: E402
-from mixmla.reference import mla_decode_reference  # noqa: E402
+from mixmla import api  # without CUDA, importing mixmla runs the kernels in Triton's interpreter
+from mixmla.check import check_strict
+from mixmla.formats import Bf16Cache, quantize_fp8, quantize_mxfp4
+from mixmla.reference import mla_decode_reference
 
 # name: (kv lens, q lens, heads). Lengths <= 64 give single-chunk ("direct") requests; longer ones
 # are split into chunks and merged by the combine kernel.

@@ -1,19 +1,37 @@
-"""Shared pytest setup.
+"""Shared pytest setup and the helpers several test files use.
 
-Without a CUDA GPU the Triton kernels can only run in the Triton interpreter, and Triton reads
-TRITON_INTERPRET when a kernel is defined (at import), so it is set here, before any test module
-imports mixmla.kernels. Tests marked ``gpu`` are skipped without CUDA.
+Importing ``mixmla`` here, before any test module imports Triton, is what makes the kernels run in
+Triton's interpreter on a machine without a CUDA GPU (``mixmla.interpreter``). Tests marked
+``gpu`` are skipped without CUDA. Test modules import the constants and builders below with
+``from conftest import ...``.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+import mixmla  # noqa: F401  (the interpreter switch, before anything imports Triton)
+
+#: Where unmarked tests run: the GPU when there is one, else CPU tensors under the interpreter.
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+ON_GPU = DEVICE.type == "cuda"
+#: The cache formats, in the order tests parametrize over them.
+FORMATS = ("bf16", "fp8", "mxfp4")
+
+
+def indptr(lens, dtype=torch.int32, device=DEVICE) -> torch.Tensor:
+    """Prefix sums ``[0, lens[0], lens[0] + lens[1], ...]`` as a (len(lens)+1,) tensor."""
+    ptr = [0]
+    for n in lens:
+        ptr.append(ptr[-1] + int(n))
+    return torch.tensor(ptr, dtype=dtype, device=device)
+
+
+def poisoned_out(total_q: int, num_heads: int, device=DEVICE) -> torch.Tensor:
+    """An output buffer (total_q, H, 512) bf16 filled with NaN, so an element a kernel leaves
+    unwritten fails the strict check."""
+    return torch.full((total_q, num_heads, 512), float("nan"), dtype=torch.bfloat16, device=device)
 
 
 def pytest_collection_modifyitems(config, items):

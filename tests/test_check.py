@@ -45,7 +45,7 @@ def test_loose_tolerance_scales_with_ref():
 
 
 def test_loose_rule_is_blind_to_a_kernel_that_outputs_zeros():
-    # Outputs have std about 0.05 (SPEC.md): zeros are within atol 0.1 almost everywhere.
+    # Outputs have std about 0.05 (docs/SPEC.md): zeros are within atol 0.1 almost everywhere.
     ref = 0.05 * torch.randn(4, 16, 512, generator=torch.Generator().manual_seed(0))
     zeros = torch.zeros_like(ref)
     assert check_loose(zeros, ref).passed

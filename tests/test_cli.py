@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mixmla import cli, selftest
+from mixmla import cli
+from mixmla.harness import selftest
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -179,19 +180,27 @@ def test_auto_falls_back_to_the_reference_when_the_api_is_missing(monkeypatch):
         selftest.resolve_implementation("nonsense")
 
 
-def test_cpu_sets_the_triton_interpreter(monkeypatch):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.delitem(sys.modules, "triton", raising=False)
-    assert cli.use_triton_interpreter_without_cuda([], from_command_line=False) is True
-    assert os.environ["TRITON_INTERPRET"] == "1"
+def _interpreter_after_import(env_value):
+    """TRITON_INTERPRET as the child sees it after ``import mixmla`` (with the variable unset when
+    ``env_value`` is None), and whether Triton then defines kernels for its interpreter."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if env_value is not None:
+        env["TRITON_INTERPRET"] = env_value
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    code = ("import os, mixmla, triton.runtime.interpreter as i; from mixmla.kernels.triton import decode; "
+            "print(os.environ.get('TRITON_INTERPRET'), isinstance(decode.mla_decode_kernel, i.InterpretedFunction))")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
 
 
-def test_an_explicit_triton_interpret_setting_is_respected(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert cli.use_triton_interpreter_without_cuda([], from_command_line=False) is False
-    assert os.environ["TRITON_INTERPRET"] == "0"
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the switch acts only without CUDA")
+def test_importing_mixmla_without_cuda_turns_the_interpreter_on():
+    assert _interpreter_after_import(None) == ["1", "True"]
+
+
+def test_an_explicit_triton_interpret_setting_is_respected():
+    assert _interpreter_after_import("0") == ["0", "False"]
 
 
 def test_python_dash_m_mixmla_runs_the_reference_without_the_variable(tmp_path):

@@ -1,7 +1,7 @@
 """Cache formats: quantizers against hand-computed vectors and an independent scalar producer.
 
 Expected bytes here are derived by hand (the derivation is in the comments) or by
-``_producer_reference``, a scalar pure-Python rewrite of SPEC.md's producer that shares no code
+``_producer_reference``, a scalar pure-Python rewrite of docs/SPEC.md's producer that shares no code
 with ``mixmla.formats``.
 """
 
@@ -33,7 +33,7 @@ GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]  # E2M1 magnitudes of codes 0..7
 
 
 # ------------------------------------------------------------------------------------------
-# An independent scalar producer (SPEC.md), for bit-exact comparisons on arbitrary data.
+# An independent scalar producer (docs/SPEC.md), for bit-exact comparisons on arbitrary data.
 # ------------------------------------------------------------------------------------------
 
 def _f32_bits(x: float) -> int:

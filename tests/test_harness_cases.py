@@ -2,7 +2,8 @@
 
 import pytest
 
-from mixmla.harness.bench import exit_status, peer_formats, select, settings_for
+from mixmla.harness.bench import select, settings_for
+from mixmla.harness.measure import exit_status, peer_formats
 from mixmla.harness.cases import BYTES_PER_TOKEN, DEFAULT_SEED, load_specs, min_bytes, parse_shape, spec_label
 from mixmla.harness.report import make_row
 
@@ -12,12 +13,12 @@ def test_bytes_per_token_match_spec_table():
 
 
 def test_min_bytes_counts_cache_q_and_out():
-    # 256 x 8192, H = 16, Lq = 1: SPEC.md's 2,097,152 tokens; q 256*16*576*2, out 256*16*512*2.
+    # 256 x 8192, H = 16, Lq = 1: docs/SPEC.md's 2,097,152 tokens; q 256*16*576*2, out 256*16*512*2.
     qo = 256 * 16 * (576 + 512) * 2
     assert min_bytes(256, 256 * 8192, 16, "bf16") == 2_097_152 * 1152 + qo
     assert min_bytes(256, 256 * 8192, 16, "fp8") == 2_097_152 * 576 + qo
     assert min_bytes(256, 256 * 8192, 16, "mxfp4") == 2_097_152 * 306 + qo
-    # At 4.44 TB/s the bf16 cache alone takes SPEC.md's 544 us.
+    # At 4.44 TB/s the bf16 cache alone takes docs/SPEC.md's 544 us.
     assert 2_097_152 * 1152 / 4.44e12 * 1e6 == pytest.approx(544, abs=1)
     with pytest.raises(ValueError):
         min_bytes(1, 1, 16, "fp4")

@@ -141,26 +141,3 @@ def test_eval_defaults_to_our_kernel(tmp_path, capsys):
     assert eval_main(["test", specs]) == 0
     out = capsys.readouterr().out
     assert "mixmla.api.custom_kernel on 2 spec(s)" in out and "2 of 2 specs passed" in out
-
-
-def test_ensure_interpreter_branches(monkeypatch):
-    import types
-
-    import mixmla.harness.env as env_mod
-
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert env_mod.ensure_interpreter("mixmla.harness.bench", ["--quick"]) is None  # already on: carry on
-
-    calls = []
-    monkeypatch.setattr(env_mod.subprocess, "call", lambda cmd, env: calls.append((cmd, env)) or 7)
-    monkeypatch.delenv("TRITON_INTERPRET")
-    monkeypatch.setitem(sys.modules, "mixmla.api", types.ModuleType("mixmla.api"))
-    # kernels already defined without the interpreter: only a fresh process can switch it on
-    assert env_mod.ensure_interpreter("mixmla.harness.bench", ["--quick"]) == 7
-    (cmd, env), = calls
-    assert cmd == [sys.executable, "-m", "mixmla.harness.bench", "--quick"] and env["TRITON_INTERPRET"] == "1"
-
-    for name in [m for m in sys.modules if m == "mixmla.api" or m.startswith("mixmla.kernels")]:
-        monkeypatch.delitem(sys.modules, name)
-    assert env_mod.ensure_interpreter("mixmla.harness.bench", []) is None  # nothing defined yet: set it here
-    assert os.environ["TRITON_INTERPRET"] == "1" and len(calls) == 1

@@ -6,13 +6,13 @@ import importlib.util
 import pytest
 import torch
 
-from mixmla.harness.bench import check_impl_case
+from mixmla.harness.measure import check_impl_case
 from mixmla.harness.cases import Case
 from mixmla.harness.ceiling import triton_read_sum
 from mixmla.harness.peers import FlashInfer, FlashMLA, Impl, Prepared, TorchBaseline, Unsupported, make_impl
 from mixmla.harness.verify import verify, verify_any_format
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+from conftest import DEVICE
 
 SHAPES = [
     {"batchsize": 3, "qseqlen": 1, "kvseqlen": 70, "seed": 11},                 # uniform, padded bmm

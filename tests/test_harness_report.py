@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from mixmla.harness.chart import chart_series, write_chart
 from mixmla.harness.report import (
     SCHEMA, fill_bandwidth, format_markdown, format_short, format_table, geomeans, main, make_row, new_results,
     validate_results, write_all,
@@ -141,3 +142,39 @@ def test_report_main_reprints_a_saved_run(tmp_path, capsys):
     doc["rows"][0].pop("gpu")
     (tmp_path / "bad.json").write_text(json.dumps(doc))
     assert main([str(tmp_path / "bad.json")]) == 1
+
+
+def test_chart_series_are_times_over_the_floor_and_over_the_best_peer():
+    """Per shape: x floor as the row has it; x best peer against the fastest peer row of that
+    shape, whatever its format; auto and paths without rows are not drawn."""
+    res = _results()
+    res["rows"] += [
+        _ok_row(SPEC_A, "4x1024", "flashinfer", "bf16", 30.0, 20.0, 4_000_000),
+        _ok_row(SPEC_A, "4x1024", "flashinfer", "fp8", 60.0, 50.0, 2_000_000),
+        _ok_row(SPEC_B, "256x8192", "flashinfer", "fp8", 900.0, 600.0, 1_200_000_000),
+        _ok_row(SPEC_A, "4x1024", "torch", "bf16", 90.0, 5.0, 4_000_000),  # a baseline is a peer too
+    ]
+    shapes, series = chart_series(res)
+    assert shapes == ["4x1024", "256x8192"]
+    by_label = {s["label"]: s for s in series}
+    assert list(by_label) == ["mixmla fp8", "flashinfer bf16", "flashinfer fp8"]
+    fp8 = by_label["mixmla fp8"]
+    assert fp8["x_floor"] == pytest.approx([10.0 / (4_000_000 / 4000.0 * 1e-3), 300.0 / (1.2e9 / 4000.0 * 1e-3)])
+    assert fp8["x_best_peer"] == pytest.approx([10.0 / 5.0, 300.0 / 600.0])
+    assert by_label["flashinfer bf16"]["x_best_peer"] == [pytest.approx(4.0), None]
+
+
+def test_chart_names_device_commit_and_date(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    res = _results()
+    res["device"]["date"] = "2026-12-01T10:00:00+00:00"
+    res["commit"] = "abc1234"
+    titles, real = [], matplotlib.figure.Figure.suptitle
+    monkeypatch.setattr(matplotlib.figure.Figure, "suptitle",
+                        lambda self, t, **kw: titles.append(t) or real(self, t, **kw))
+    assert write_chart(res, str(tmp_path / "c.png")) == str(tmp_path / "c.png")
+    assert write_chart(res, str(tmp_path / "d.png"), commit="def5678")
+    assert "NVIDIA H200" in titles[0] and "abc1234" in titles[0] and "2026-12-01" in titles[0]
+    assert "def5678" in titles[1]
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -25,7 +25,8 @@ from mixmla.check import check_strict  # noqa: E402
 from mixmla.formats import quantize  # noqa: E402
 from mixmla.reference import mla_decode_reference  # noqa: E402
 
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+from conftest import DEVICE, FORMATS, indptr, poisoned_out  # noqa: E402
+
 EXAMPLES = int(os.environ.get("MIXMLA_HYPOTHESIS_EXAMPLES", "15"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -36,7 +37,7 @@ def problems(draw):
     """A random small decode problem, as a dict of plain values (printable on failure)."""
     batch = draw(st.integers(1, 3))
     return dict(
-        fmt=draw(st.sampled_from(["bf16", "fp8", "mxfp4"])),
+        fmt=draw(st.sampled_from(FORMATS)),
         num_heads=draw(st.sampled_from([16, 32])),
         q_lens=draw(st.lists(st.integers(1, 4), min_size=batch, max_size=batch)),
         kv_lens=draw(st.lists(st.integers(0, 40), min_size=batch, max_size=batch)),
@@ -46,13 +47,6 @@ def problems(draw):
         spare_rows=draw(st.integers(0, 3)),
         q_scale=draw(st.sampled_from([1.0, 1.0, 30.0])),
     )
-
-
-def _indptr(lens, dtype):
-    ptr = [0]
-    for n in lens:
-        ptr.append(ptr[-1] + n)
-    return torch.tensor(ptr, dtype=dtype, device=DEVICE)
 
 
 def materialize(prob):
@@ -66,14 +60,14 @@ def materialize(prob):
         q = big[..., :576]
     cache = quantize(torch.randn(total_kv + prob["spare_rows"], 576, generator=gen, device=DEVICE), prob["fmt"])
     dtype = torch.int64 if prob["int64"] else torch.int32
-    return q, cache, _indptr(prob["kv_lens"], dtype), _indptr(prob["q_lens"], dtype)
+    return q, cache, indptr(prob["kv_lens"], dtype), indptr(prob["q_lens"], dtype)
 
 
 @SETTINGS
 @given(prob=problems())
 def test_random_problem_matches_reference(prob):
     q, cache, kv_indptr, qo_indptr = materialize(prob)
-    out = torch.full((q.shape[0], q.shape[1], 512), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    out = poisoned_out(q.shape[0], q.shape[1])
     _, lse = api.mla_decode(q, cache, kv_indptr, qo_indptr, out=out, return_lse=True)
     ref, ref_lse = mla_decode_reference(q, cache, kv_indptr, qo_indptr)
     result = check_strict(out, ref)

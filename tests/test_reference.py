@@ -1,4 +1,4 @@
-"""mixmla.reference against an independent slow float64 loop, and SPEC.md's semantics.
+"""mixmla.reference against an independent slow float64 loop, and docs/SPEC.md's semantics.
 
 ``_slow_attention`` shares no code with the package: it dequantizes the cache bytes itself
 (E2M1 table and 2**(byte-127) in Python), and loops over requests, query tokens and heads with

@@ -13,7 +13,6 @@ and sync checks, and two streams.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pytest
@@ -24,9 +23,9 @@ from mixmla.check import check_strict
 from mixmla.formats import Bf16Cache, Fp8Cache, Mxfp4Cache, quantize, quantize_fp8, quantize_mxfp4
 from mixmla.reference import mla_decode_reference
 
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-ON_GPU = DEVICE.type == "cuda"
-FORMATS = ("bf16", "fp8", "mxfp4")
+from conftest import DEVICE, FORMATS, indptr
+from conftest import poisoned_out as poisoned_buffer
+
 gpu = pytest.mark.gpu
 
 
@@ -50,13 +49,6 @@ class Problem:
         return self.cache.format
 
 
-def indptr(lens, dtype=torch.int32, device=DEVICE) -> torch.Tensor:
-    ptr = [0]
-    for n in lens:
-        ptr.append(ptr[-1] + int(n))
-    return torch.tensor(ptr, dtype=dtype, device=device)
-
-
 def build(kv_lens, q_lens=None, num_heads=16, fmt="bf16", seed=0, q_scale=1.0, kv=None,
           dtype=torch.int32, device=DEVICE) -> Problem:
     """Random problem: q ~ N(0, q_scale^2) bf16; cache = ``kv`` (N, 576) or N(0, 1), quantized to
@@ -72,7 +64,7 @@ def build(kv_lens, q_lens=None, num_heads=16, fmt="bf16", seed=0, q_scale=1.0, k
 
 
 def poisoned_out(p: Problem) -> torch.Tensor:
-    return torch.full((p.q.shape[0], p.num_heads, 512), float("nan"), dtype=torch.bfloat16, device=p.q.device)
+    return poisoned_buffer(p.q.shape[0], p.num_heads, p.q.device)
 
 
 def check_lse(lse: torch.Tensor, ref_lse: torch.Tensor) -> None:

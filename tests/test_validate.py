@@ -19,6 +19,8 @@ from mixmla import validate
 from mixmla.formats import quantize_fp8, quantize_mxfp4
 from mixmla.formats import quantize as quantize_any
 
+from conftest import indptr
+
 H = 16
 KV_LENS = (5, 3)  # two requests; total_kv = 8
 Q_LENS = (1, 2)  # total_q = 3
@@ -37,9 +39,9 @@ def device(request):
 def plan_device(device):
     """``device`` where a plan can be made: CPU plans need the Triton interpreter, which a test
     run on a CUDA machine does not use (it compiles for the GPU)."""
-    from mixmla.kernels.launch import interpreter_active
+    from mixmla import interpreter
 
-    if device.type == "cpu" and not interpreter_active():
+    if device.type == "cpu" and not interpreter.active():
         pytest.skip("CPU plans need TRITON_INTERPRET=1; this run compiles kernels for the GPU")
     return device
 
@@ -52,13 +54,16 @@ def other_device(device):
 
 @pytest.fixture
 def no_launch(monkeypatch):
-    """Fail the test if any Triton kernel is launched (compiled or interpreted)."""
+    """Fail the test if any Triton kernel is launched (dispatched, compiled or interpreted)."""
     import triton.runtime.jit as jit
 
     def refuse(*args, **kwargs):
         raise AssertionError("a Triton kernel was launched although the inputs are invalid")
 
     monkeypatch.setattr(jit.JITFunction, "run", refuse)
+    from mixmla.kernels.triton import launch
+
+    monkeypatch.setattr(launch, "launch_compiled", refuse)  # plans launch through compiled kernels after a first call
     try:
         import triton.runtime.interpreter as interp
 
@@ -71,13 +76,6 @@ def _api():
     from mixmla import api
 
     return api
-
-
-def _indptr(lens, device, dtype=torch.int32):
-    ptr = [0]
-    for n in lens:
-        ptr.append(ptr[-1] + n)
-    return torch.tensor(ptr, dtype=dtype, device=device)
 
 
 def _cache(fmt, rows, device):
@@ -97,8 +95,8 @@ def good_args(device, fmt="bf16"):
     return dict(
         q=torch.randn(total_q, H, 576, device=device).to(torch.bfloat16),
         cache=_cache(fmt, total_kv, device),
-        kv_indptr=_indptr(KV_LENS, device),
-        qo_indptr=_indptr(Q_LENS, device),
+        kv_indptr=indptr(KV_LENS, device=device),
+        qo_indptr=indptr(Q_LENS, device=device),
         sm_scale=None,
         out=None,
     )
@@ -284,7 +282,7 @@ def test_valid_inputs_pass(fmt, device):
     args = good_args(device, fmt)
     info = validate.check_decode_inputs(**args)
     assert info.batch == 2 and info.total_q == 3 and info.num_heads == H
-    assert info.kv_ptr == [0, 5, 8] and info.qo_ptr == [0, 1, 3]
+    assert info.kv_ptr.tolist() == [0, 5, 8] and info.qo_ptr.tolist() == [0, 1, 3]
     assert info.cache.format == fmt
     assert math.isclose(info.sm_scale, 1 / math.sqrt(576))
 
@@ -301,14 +299,14 @@ def test_accepted_variants(device):
     qo = torch.tensor([0, 1, 3], dtype=torch.int64, device=device)
     out = torch.empty(total_q, H, 512, dtype=torch.bfloat16, device=device)
     info = validate.check_decode_inputs(q, cache, kv, qo, sm_scale=0.1, out=out)
-    assert info.kv_ptr == [0, 0, 2]
+    assert info.kv_ptr.tolist() == [0, 0, 2]
     # Lq = 3 > Lk = 1 is allowed (some queries see nothing and output zeros)
     validate.check_decode_inputs(q, cache, torch.tensor([0, 1], dtype=torch.int32, device=device),
                                  torch.tensor([0, 3], dtype=torch.int32, device=device))
     # one query per request without qo_indptr; all requests empty; an empty cache
     empty = torch.empty(0, 1, 576, dtype=torch.bfloat16, device=device)
     info = validate.check_decode_inputs(q, empty, torch.zeros(4, dtype=torch.int32, device=device))
-    assert info.qo_ptr == [0, 1, 2, 3]
+    assert info.qo_ptr.tolist() == [0, 1, 2, 3]
     # float4 / e8m0 dtypes and containers
     mx = quantize_mxfp4(torch.randn(total_kv, 576, device=device))
     for data in [mx.data] + ([mx.data.view(torch.float4_e2m1fn_x2)] if hasattr(torch, "float4_e2m1fn_x2") else []):

@@ -8,14 +8,10 @@ Quick start::
     out = p.run(q, mixmla.quantize_mxfp4(kv))                 # ... run many times (graph-safe)
 """
 
-import os as _os
+from . import interpreter as _interpreter
 
-import torch as _torch
-
-# Without CUDA the kernels can only run in Triton's interpreter, which must be chosen before
-# triton is first imported (importing the API below imports it).
-if not _torch.cuda.is_available():
-    _os.environ.setdefault("TRITON_INTERPRET", "1")
+# Before anything below imports Triton (see mixmla.interpreter).
+_interpreter.use_without_cuda()
 
 from .api import DecodePlan, custom_kernel, mla_decode, plan  # noqa: E402
 from .formats import (  # noqa: E402
@@ -28,7 +24,7 @@ from .formats import (  # noqa: E402
     quantize_fp8,
     quantize_mxfp4,
 )
-from .plan import KernelConfig  # noqa: E402
+from .kernels.triton.configs import KernelConfig  # noqa: E402
 from .reference import mla_decode_reference  # noqa: E402
 
 __version__ = "0.1.0"

@@ -15,17 +15,7 @@ import torch
 from . import validate
 from .formats import FORMATS, VALUE_DIM, as_cache
 from .graphs import GraphCache, tensor_signature
-from .kernels.launch import interpreter_active, launch_decode
-from .plan import KernelConfig, Schedule, default_config, device_sm_count, make_schedule, rows_per_request
-
-
-def _check_can_launch(device: torch.device) -> None:
-    if device.type == "cpu" and not interpreter_active():
-        raise RuntimeError(
-            "mixmla's kernels run on CUDA tensors, or on CPU tensors under the Triton interpreter: set "
-            "TRITON_INTERPRET=1 in the environment before triton is first imported")
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"unsupported device {device}; expected a CUDA device (or CPU with TRITON_INTERPRET=1)")
+from .kernels.backend import Layout, get_backend
 
 
 class DecodePlan:
@@ -37,13 +27,14 @@ class DecodePlan:
     may change as long as no request gets more query tokens than at plan time).
 
     Attributes: device, num_heads (H), fmt, total_q (rows of q), total_kv (cache rows read),
-    batch, sm_scale, config (KernelConfig), schedule (Schedule), out (total_q, H, 512) bf16 and
+    batch, sm_scale, backend (the backend's name), config (the backend's kernel shape; for Triton
+    a ``KernelConfig``), schedule (``mixmla.schedule.Schedule``), out (total_q, H, 512) bf16 and
     lse (total_q, H) float32: the buffers ``run`` writes when no ``out`` is given (overwritten by
     the next run).
     """
 
     def __init__(self, kv_indptr, qo_indptr=None, num_heads: int = 16, fmt: str = "bf16",
-                 sm_scale: float | None = None, device=None, config: KernelConfig | None = None,
+                 sm_scale: float | None = None, device=None, config=None, backend: str = "auto",
                  _checked: validate.DecodeInputs | None = None):
         if _checked is None:
             kv_ptr, qo_ptr, scale = validate.check_plan_inputs(kv_indptr, qo_indptr, num_heads, fmt, sm_scale,
@@ -53,41 +44,40 @@ class DecodePlan:
         self.device = torch.device(device) if device is not None else kv_indptr.device
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
-        _check_can_launch(self.device)
         self.num_heads = int(num_heads)
         self.fmt = fmt
         self.sm_scale = scale
-        self.batch = len(kv_ptr) - 1
-        self.total_kv = kv_ptr[-1]
-        self.total_q = qo_ptr[-1]
-        kv_host = np.asarray(kv_ptr, dtype=np.int64)
-        qo_host = np.asarray(qo_ptr, dtype=np.int64)
-        self.config = config or default_config(fmt, rows_per_request(np.diff(qo_host), self.num_heads))
-        self.schedule: Schedule = make_schedule(np.diff(kv_host), np.diff(qo_host), self.num_heads,
-                                                device_sm_count(self.device), self.config)
-        to_dev = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.int32).to(self.device)  # noqa: E731
+        kv_host, qo_host = kv_ptr, qo_ptr  # int64 numpy arrays
+        self.batch = kv_host.shape[0] - 1
+        self.total_kv = int(kv_host[-1])
+        self.total_q = int(qo_host[-1])
+        layout = Layout(self.device, self.num_heads, fmt, scale, kv_host[1:] - kv_host[:-1], qo_host[1:] - qo_host[:-1])
+        chosen = get_backend(backend, layout)
+        self.backend = chosen.name
+        self._plan = chosen.plan(layout, config)
         # The indptrs are kept by reference when already int32 on the device, so that in-place
         # updates between graph replays are seen.
         self.kv_indptr = self._device_int32(kv_indptr, kv_host)
-        self.qo_indptr = self._device_int32(qo_indptr, qo_host) if qo_indptr is not None else to_dev(qo_host)
-        sched = self.schedule
-        self.work = (to_dev(sched.work_req), to_dev(sched.work_split), to_dev(sched.work_nsplit),
-                     to_dev(sched.split_indptr))
-        if sched.direct:
-            part_o = torch.empty(1, dtype=torch.float32, device=self.device)
-            self.workspace = (part_o, part_o)
-        else:
-            self.workspace = (
-                torch.empty(sched.num_work, sched.rows_max, VALUE_DIM, dtype=torch.float32, device=self.device),
-                torch.empty(sched.num_work, sched.rows_max, dtype=torch.float32, device=self.device),
-            )
+        self.qo_indptr = self._device_int32(qo_indptr, qo_host)
         self.out = torch.empty(self.total_q, self.num_heads, VALUE_DIM, dtype=torch.bfloat16, device=self.device)
         self.lse = torch.empty(self.total_q, self.num_heads, dtype=torch.float32, device=self.device)
 
-    def _device_int32(self, t: torch.Tensor, host: np.ndarray) -> torch.Tensor:
-        if t.dtype == torch.int32 and t.device == self.device:
+    @property
+    def config(self):
+        return self._plan.config
+
+    @property
+    def schedule(self):
+        return self._plan.schedule
+
+    def _device_int32(self, t: torch.Tensor | None, host: np.ndarray) -> torch.Tensor:
+        if t is not None and t.dtype == torch.int32 and t.device == self.device:
             return t
-        return torch.as_tensor(host, dtype=torch.int32).to(self.device)
+        if t is not None and t.device == self.device:
+            return t.to(torch.int32)  # on the device: no transfer
+        if t is None:  # one query per request
+            return torch.arange(host.shape[0], dtype=torch.int32, device=self.device)
+        return torch.from_numpy(host.astype(np.int32)).to(self.device)
 
     def run(self, q: torch.Tensor, cache, out: torch.Tensor | None = None, return_lse: bool = False,
             kv_indptr: torch.Tensor | None = None, qo_indptr: torch.Tensor | None = None):
@@ -108,33 +98,34 @@ class DecodePlan:
         qo_indptr = self.qo_indptr if qo_indptr is None else qo_indptr
         out = self.out if out is None else out
         lse = self.lse if return_lse else None
-        launch_decode(q, kv_cache, kv_indptr, qo_indptr, self.schedule, self.work, self.workspace,
-                      out, lse, self.sm_scale, self.num_heads, self.config)
+        self._plan.run(q, kv_cache, kv_indptr, qo_indptr, out, lse)
         return (out, lse) if return_lse else out
-
 
     def __repr__(self) -> str:
         s = self.schedule
         return (f"DecodePlan(fmt={self.fmt!r}, batch={self.batch}, H={self.num_heads}, total_q={self.total_q}, "
-                f"total_kv={self.total_kv}, work_items={s.num_work}, direct={s.direct}, config={self.config})")
+                f"total_kv={self.total_kv}, backend={self.backend!r}, work_items={s.num_work}, direct={s.direct}, "
+                f"config={self.config})")
 
 
 def plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor | None = None, num_heads: int = 16, fmt: str = "bf16",
-         sm_scale: float | None = None, device=None, config: KernelConfig | None = None) -> DecodePlan:
+         sm_scale: float | None = None, device=None, config=None, backend: str = "auto") -> DecodePlan:
     """Plan decode attention for one batch layout (reads the indptrs on the host once).
 
     kv_indptr: (batch+1,) int32/int64 prefix sums of cached tokens per request. qo_indptr:
     (batch+1,) prefix sums of query tokens per request (None: one per request). num_heads: H in
     {16, 32, 64, 128}. fmt: 'bf16', 'fp8' or 'mxfp4', the cache format ``run`` will get.
     sm_scale: softmax scale (default 1/sqrt(576)). device: where to run (default: kv_indptr's).
-    config: kernel shape override (default: tuned per format).
+    config: kernel shape override for the backend (Triton: a ``KernelConfig``; default: tuned per
+    format). backend: 'auto' (the Triton kernels), 'triton' or 'gluon' (the Hopper kernels, where
+    this installation has them; ValueError otherwise).
     """
-    return DecodePlan(kv_indptr, qo_indptr, num_heads, fmt, sm_scale, device, config)
+    return DecodePlan(kv_indptr, qo_indptr, num_heads, fmt, sm_scale, device, config, backend)
 
 
 def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor | None = None,
                sm_scale: float | None = None, out: torch.Tensor | None = None, return_lse: bool = False,
-               config: KernelConfig | None = None):
+               config=None, backend: str = "auto"):
     """MLA decode attention in one call, for any cache format.
 
     q: (total_q, H, 576) bf16, H in {16, 32, 64, 128}. cache: ``Bf16Cache``/``Fp8Cache``/
@@ -142,19 +133,17 @@ def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch
     bytes (N, 1, 288), E8M0 scales (>=N, >=18))). kv_indptr, qo_indptr: (batch+1,) int32/int64
     prefix sums (qo_indptr None: one query token per request). With Lq > 1 query tokens, token i
     sees cache rows 0 .. Lk-Lq+i of its request. sm_scale: default 1/sqrt(576).
-    out: optional contiguous (total_q, H, 512) bf16 to write. Returns out (a new tensor unless
-    given) and, with ``return_lse``, lse (total_q, H) float32 natural log.
+    out: optional contiguous (total_q, H, 512) bf16 to write. config, backend: as for ``plan``.
+    Returns out (a new tensor unless given) and, with ``return_lse``, lse (total_q, H) float32
+    natural log.
     """
     checked = validate.check_decode_inputs(q, cache, kv_indptr, qo_indptr, sm_scale, out)
-    cache = checked.cache
-    p = DecodePlan(kv_indptr, qo_indptr, q.shape[1], cache.format, checked.sm_scale, q.device, config,
-                   _checked=checked)
-    if out is None:
-        out = torch.empty(q.shape[0], q.shape[1], VALUE_DIM, dtype=torch.bfloat16, device=q.device)
-    if return_lse:
-        out, lse = p.run(q, cache, out, return_lse=True)
-        return out, lse.clone()
-    return p.run(q, cache, out)
+    # The plan is this call's alone, so its own buffers are the results.
+    p = DecodePlan(kv_indptr, qo_indptr, q.shape[1], checked.cache.format, checked.sm_scale, q.device, config,
+                   backend, _checked=checked)
+    out = p.out if out is None else out
+    p._plan.run(q, checked.cache, p.kv_indptr, p.qo_indptr, out, p.lse if return_lse else None)
+    return (out, p.lse) if return_lse else out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,15 +168,16 @@ def choose_format(kv_data: dict) -> str:
 
 
 def cached_plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, num_heads: int, fmt: str,
-                sm_scale: float | None, config_key: tuple) -> DecodePlan:
+                sm_scale: float | None, config_key: tuple, backend: str = "auto") -> DecodePlan:
     """A plan from the per-shape cache, made on first use. ``config_key`` identifies the batch
     layout (batch, Lq, Lk from the benchmark config). Callers pass their own indptrs to ``run``:
     the kernels derive every chunk from them on the device, so a reused plan is always correct,
     only its balance depends on the lengths it was made for."""
-    key = (fmt, num_heads, tuple(kv_indptr.shape), tuple(qo_indptr.shape), kv_indptr.device, sm_scale, config_key)
+    key = (fmt, num_heads, tuple(kv_indptr.shape), tuple(qo_indptr.shape), kv_indptr.device, sm_scale, config_key,
+           backend)
     p = _PLAN_CACHE.get(key)
     if p is None:
-        p = plan(kv_indptr, qo_indptr, num_heads, fmt, sm_scale)
+        p = plan(kv_indptr, qo_indptr, num_heads, fmt, sm_scale, backend=backend)
         _PLAN_CACHE[key] = p
         if len(_PLAN_CACHE) > _PLAN_CACHE_SIZE:
             _PLAN_CACHE.popitem(last=False)
@@ -196,7 +186,7 @@ def cached_plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, num_heads: int
     return p
 
 
-def _benchmark_signature(data, fmt: str) -> tuple | None:
+def _benchmark_signature(data, fmt: str, backend: str) -> tuple | None:
     """Identity of a benchmark call for the graph cache: every tensor's address and layout, and
     the scalars that change the kernels (format, softmax scale). None when ``data`` is not the
     well-formed tuple (the argument checks then explain what is wrong)."""
@@ -204,15 +194,15 @@ def _benchmark_signature(data, fmt: str) -> tuple | None:
         q, kv_data, qo_indptr, kv_indptr, config = data
         kv = kv_data[fmt]
         kv_tensors = kv if isinstance(kv, (tuple, list)) else (kv,)
-        return (fmt, config.get("sm_scale"), tensor_signature(q), tensor_signature(qo_indptr),
+        return (fmt, backend, config.get("sm_scale"), tensor_signature(q), tensor_signature(qo_indptr),
                 tensor_signature(kv_indptr), *(tensor_signature(t) for t in kv_tensors))
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError):
         return None
 
 
-def custom_kernel(data, fmt: str = "auto", use_graphs: bool = True) -> torch.Tensor:
+def custom_kernel(data, fmt: str = "auto", use_graphs: bool = True, backend: str = "auto") -> torch.Tensor:
     """The benchmark's entry point: ``data = (q, kv_data, qo_indptr, kv_indptr, config)`` as made by
-    ``mixmla.inputs.generate_input`` (SPEC.md). fmt: 'auto' (the fastest format present) or one
+    ``mixmla.inputs.generate_input`` (docs/SPEC.md). fmt: 'auto' (the fastest format present) or one
     of 'bf16', 'fp8', 'mxfp4'. Returns a new (total_q, H, 512) bf16 tensor.
 
     Host cost is kept off the hot path: plans are cached by shape (the first call of a shape reads
@@ -220,11 +210,11 @@ def custom_kernel(data, fmt: str = "auto", use_graphs: bool = True) -> torch.Ten
     same layouts as an earlier call is replayed as a CUDA graph (captured on the second such call),
     which reads the tensors' current contents. A replayed call skips the argument checks, which
     its first, eager call passed; like ``DecodePlan.run`` it does not re-read the indptr values.
-    use_graphs=False always launches eagerly.
+    use_graphs=False always launches eagerly. backend: as for ``plan``.
     """
     if fmt == "auto" and isinstance(data, (tuple, list)) and len(data) == 5 and isinstance(data[1], dict):
         fmt = choose_format(data[1])
-    key = _benchmark_signature(data, fmt) if use_graphs else None
+    key = _benchmark_signature(data, fmt, backend) if use_graphs else None
     if key is not None:
         out = _GRAPHS.replay(key)
         if out is not None:
@@ -234,7 +224,7 @@ def custom_kernel(data, fmt: str = "auto", use_graphs: bool = True) -> torch.Ten
     cache = as_cache(kv_data[fmt])
     sm_scale = config.get("sm_scale")
     config_key = (config.get("batch_size"), config.get("q_seq_len"), config.get("kv_seq_len"))
-    p = cached_plan(kv_indptr, qo_indptr, q.shape[1], fmt, sm_scale, config_key)
+    p = cached_plan(kv_indptr, qo_indptr, q.shape[1], fmt, sm_scale, config_key, backend)
 
     def launch(out: torch.Tensor):
         # This call's indptrs, not the ones the cached plan was made with: a plan is shared by every

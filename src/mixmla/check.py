@@ -4,7 +4,7 @@ Both take the implementation's output and a reference of the same shape, compute
 return a :class:`CheckResult` whose ``message`` says how large the worst error is, where it is and
 how many elements are off, so a failure can be acted on without re-running anything.
 
-- :func:`check_loose` is the rule of the original GPU MODE harness (SPEC.md): elementwise
+- :func:`check_loose` is the rule of the original GPU MODE harness (docs/SPEC.md): elementwise
   ``|out - ref| <= atol + rtol * |ref|`` with rtol = atol = 0.1, passing when at most 5% of the
   elements miss. It is kept for comparability; it cannot tell a slightly wrong kernel from a right
   one because the outputs are small (std about 0.05).
@@ -155,7 +155,7 @@ def check_strict(out: torch.Tensor, ref: torch.Tensor, tol: float = 1e-2) -> Che
 
     out, ref: tensors of the same shape, any float dtype and device (``out`` is moved to ``ref``'s
     device); typically (total_q, H, 512) with ``ref`` from ``mla_decode_reference`` on the same
-    cache format. tol: dimensionless, 1e-2 for bf16 operands (SPEC.md).
+    cache format. tol: dimensionless, 1e-2 for bf16 operands (docs/SPEC.md).
     Any non-finite element of ``out`` fails, except where ``ref`` holds the identical value (so a
     log-sum-exp of ``-inf`` for a query that sees no row can be checked as well).
     When ``ref`` is all zero (every query saw no row) the ratio is undefined, so the absolute

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 #: name -> (``module:function``, one-line summary). The function gets the remaining arguments.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "test": ("mixmla.selftest:main",
+    "test": ("mixmla.harness.selftest:main",
              "check the best available implementation against the exact reference, per shape and "
              "cache format (bf16, fp8, mxfp4), with the loose harness rule and the strict rule"),
     "bench": ("mixmla.harness.bench:main",
@@ -36,34 +35,10 @@ examples:
                                    'batchsize: 4; qseqlen: 1; kvseqlen: 1024; seed: 4220'
   mixmla bench                     the benchmark table (CUDA GPU)
 
-Without a CUDA GPU the Triton kernels run in the Triton interpreter (TRITON_INTERPRET=1 is set
-for you unless already set), which is slow, so only small shapes are run there.
+Without a CUDA GPU the Triton kernels run in the Triton interpreter (importing mixmla sets
+TRITON_INTERPRET=1 unless the environment sets it), which is slow, so only small shapes are run
+there.
 Exit status: 0 when everything checked passed, nonzero otherwise."""
-
-
-def use_triton_interpreter_without_cuda(argv: list[str], from_command_line: bool) -> bool:
-    """Set ``TRITON_INTERPRET=1`` (unless the caller set it) when no CUDA GPU is present.
-
-    Triton decides between compiling and interpreting when a ``@triton.jit`` function is
-    *defined*, and its own library functions (``tl.cdiv`` ...) are defined when ``triton`` is first
-    imported. Importing the ``mixmla`` package (which Python does before running this module)
-    may already have imported Triton; then setting the variable is too late for this process, so
-    from the command line the program starts itself again with the variable set. Called from
-    Python (``from_command_line=False``) it only warns. Returns True when the interpreter is used.
-    """
-    import torch  # imported here so that ``mixmla --help`` does not pay for it
-
-    if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
-        os.environ["TRITON_INTERPRET"] = "1"
-        if "triton" in sys.modules:
-            if from_command_line:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os.execv(sys.executable, [sys.executable, "-m", "mixmla", *argv])
-            print("mixmla: warning: triton was imported before TRITON_INTERPRET=1 was set; without a "
-                  "CUDA GPU the kernels will not run in this process (set the variable before "
-                  "importing mixmla)", file=sys.stderr)
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,7 +60,6 @@ def _load(target: str):
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mixmla`` script. argv: arguments without the program name."""
-    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if not argv or argv[0] not in COMMANDS:
@@ -95,7 +69,6 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     name, rest = argv[0], argv[1:]
     target = COMMANDS[name][0]
-    use_triton_interpreter_without_cuda(argv, from_command_line)
     try:
         command = _load(target)
     except (ImportError, AttributeError) as e:

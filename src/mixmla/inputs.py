@@ -1,4 +1,4 @@
-"""Benchmark inputs: the GPU MODE ``amd-mixed-mla`` contract of SPEC.md, seeded.
+"""Benchmark inputs: the GPU MODE ``amd-mixed-mla`` contract of docs/SPEC.md, seeded.
 
 ``data = (q, kv_data, qo_indptr, kv_indptr, config)`` with ``kv_data`` holding the same cache in
 all three formats: ``{"bf16": Tensor, "fp8": (Tensor, scale), "mxfp4": (Tensor, scales)}``.
@@ -301,7 +301,7 @@ def _spec(batchsize: int, qseqlen: int, kvseqlen: int, seed: int, **extra) -> di
     return {"batchsize": batchsize, "qseqlen": qseqlen, "kvseqlen": kvseqlen, "seed": seed, **extra}
 
 
-#: The 8 ranked benchmark shapes of SPEC.md (q_seq_len 1, 16 heads), with fixed seeds.
+#: The 8 ranked benchmark shapes of docs/SPEC.md (q_seq_len 1, 16 heads), with fixed seeds.
 BENCHMARK_SHAPES: list[dict] = [
     _spec(4, 1, 1024, 4220),
     _spec(4, 1, 8192, 4221),

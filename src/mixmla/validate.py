@@ -31,9 +31,10 @@ import numbers
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
-from .formats import FORMATS, HEAD_DIM, VALUE_DIM, Bf16Cache, Fp8Cache, Mxfp4Cache, as_cache
+from .formats import FORMATS, HEAD_DIM, VALUE_DIM, Fp8Cache, Mxfp4Cache, as_cache
 
 #: Query head counts the kernels are built for (DeepSeek's 128 heads over TP = 8, 4, 2, 1).
 SUPPORTED_NUM_HEADS = (16, 32, 64, 128)
@@ -65,7 +66,7 @@ class DecodeInputs:
     batch: number of requests (``len(kv_indptr) - 1``).
     total_q: query rows (``q.shape[0]``). num_heads: ``q.shape[1]``.
     sm_scale: the softmax scale as a Python float (1/sqrt(576) when the caller gave None).
-    kv_ptr, qo_ptr: host copies (lists of Python ints, length batch+1) of the indptrs when the
+    kv_ptr, qo_ptr: host copies (int64 numpy arrays, length batch+1) of the indptrs when the
     values were checked, else None. ``qo_ptr`` is ``[0, 1, ..., batch]`` when ``qo_indptr`` is None.
     """
 
@@ -74,8 +75,8 @@ class DecodeInputs:
     total_q: int
     num_heads: int
     sm_scale: float
-    kv_ptr: Optional[list]
-    qo_ptr: Optional[list]
+    kv_ptr: Optional[np.ndarray]
+    qo_ptr: Optional[np.ndarray]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -88,6 +89,8 @@ def _shape(t) -> str:
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
     """Device equality where ``cuda`` (no index) matches ``cuda:<current>``."""
+    if a == b:
+        return True
     a, b = torch.device(a), torch.device(b)
     if a.type != b.type:
         return False
@@ -114,6 +117,11 @@ def _byte_span(t: torch.Tensor):
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.device != b.device:
         return False
+    # Tensors whose storages do not intersect cannot overlap; only otherwise are the spans computed.
+    storage_a, storage_b = a.untyped_storage(), b.untyped_storage()
+    pa, pb = storage_a.data_ptr(), storage_b.data_ptr()
+    if pa + storage_a.nbytes() <= pb or pb + storage_b.nbytes() <= pa:
+        return False
     sa, sb = _byte_span(a), _byte_span(b)
     return sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]
 
@@ -129,23 +137,25 @@ def _cache_tensors(cache) -> list:
 def _host_values(tensors: Sequence[torch.Tensor]) -> list:
     """Copy several small 1-D tensors to the host in one transfer (one sync on a GPU).
 
-    Returns one list per tensor: Python ints for integer tensors, floats otherwise. Integer values
-    go through float64 when mixed with float tensors, exact below 2**53.
+    Returns one numpy array per tensor: int64 for integer tensors, float32 for float tensors
+    (their float32 bits travel as int32, so no value goes through a float conversion).
     """
     if not tensors:
         return []
-    if len(tensors) == 1:
-        return [tensors[0].reshape(-1).tolist()]
-    mixed = any(t.dtype.is_floating_point for t in tensors)
-    common = torch.float64 if mixed else torch.int64
-    flat = torch.cat([t.reshape(-1).to(common) for t in tensors]).tolist()
+    if all(t.device.type == "cpu" for t in tensors):  # nothing to transfer
+        return [t.reshape(-1).float().numpy() if t.dtype.is_floating_point else t.reshape(-1).numpy().astype(np.int64)
+                for t in tensors]
+    floats = [t.dtype.is_floating_point for t in tensors]
+    # As integers of one dtype: one concatenation on the device and one copy, no float conversion.
+    parts = [t.reshape(-1).to(torch.float32).view(torch.int32) if f else t.reshape(-1) for t, f in zip(tensors, floats)]
+    common = torch.int64 if any(p.dtype == torch.int64 for p in parts) else torch.int32
+    parts = [p if p.dtype == common else p.to(common) for p in parts]
+    flat = (parts[0] if len(parts) == 1 else torch.cat(parts)).cpu().numpy()
     out, pos = [], 0
-    for t in tensors:
+    for t, is_float in zip(tensors, floats):
         n = t.numel()
         vals = flat[pos:pos + n]
-        if mixed and not t.dtype.is_floating_point:
-            vals = [int(v) for v in vals]
-        out.append(vals)
+        out.append(vals.astype(np.int32).view(np.float32) if is_float else vals.astype(np.int64))
         pos += n
     return out
 
@@ -245,8 +255,7 @@ def check_indptr(
     last: Optional[int] = None,
     check_values: bool = True,
     max_len: Optional[int] = None,
-    _values: Optional[list] = None,
-) -> Optional[list]:
+) -> Optional[np.ndarray]:
     """Check one prefix-sum array (``kv_indptr`` or ``qo_indptr``).
 
     Structural (no sync): ``t`` is a 1-D int32/int64 tensor with unit stride and at least 2 entries
@@ -254,7 +263,7 @@ def check_indptr(
     Values (only with ``check_values``; one host copy, a sync on a GPU): ``t[0] == 0``,
     non-decreasing, ``t[-1] <= max_last`` (the cache rows) and ``t[-1] == last`` (total_q) when
     given, and every segment ``t[i+1]-t[i] <= max_len`` when given.
-    Returns the values as a list of Python ints when checked, else None.
+    Returns the values as an int64 numpy array when checked, else None.
     """
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a 1-D int32 or int64 torch.Tensor, got {type(t).__name__}")
@@ -273,20 +282,25 @@ def check_indptr(
         raise ValueError(f"{name} is on {t.device} but q is on {device}; all tensors must share one device")
     if not check_values:
         return None
-    vals = _values if _values is not None else [int(v) for v in t.tolist()]
+    return _check_indptr_values(name, _host_values([t])[0], max_last, last, max_len)
+
+
+def _check_indptr_values(name: str, vals: np.ndarray, max_last=None, last=None, max_len=None) -> np.ndarray:
+    """The value rules of ``check_indptr`` on host values ``vals`` (int64); returns them."""
     if vals[0] != 0:
         raise ValueError(f"{name} must start at 0, got {name}[0] = {vals[0]}")
-    for i in range(len(vals) - 1):
-        if vals[i + 1] < vals[i]:
-            raise ValueError(f"{name} must be non-decreasing, got {name}[{i}] = {vals[i]} > "
-                             f"{name}[{i + 1}] = {vals[i + 1]}")
+    lens = vals[1:] - vals[:-1]
+    if (lens < 0).any():
+        i = int(np.argmax(lens < 0))
+        raise ValueError(f"{name} must be non-decreasing, got {name}[{i}] = {vals[i]} > "
+                         f"{name}[{i + 1}] = {vals[i + 1]}")
     if max_last is not None and vals[-1] > max_last:
         raise ValueError(f"{name} ends at {vals[-1]}, beyond the cache's {max_last} rows "
                          f"(expected {name}[-1] <= {max_last})")
     if last is not None and vals[-1] != last:
         raise ValueError(f"{name} must end at total_q = q.shape[0] = {last}, got {name}[-1] = {vals[-1]}")
     if max_len is not None:
-        longest = max(vals[i + 1] - vals[i] for i in range(len(vals) - 1))
+        longest = int(lens.max())
         if longest > max_len:
             raise ValueError(f"{name}: at most {max_len} rows per request are supported, got {longest}")
     return vals
@@ -317,7 +331,7 @@ def check_decode_inputs(
     num_heads_supported: allowed H. check_values: also check the indptr values and the fp8 scale
     value (one host transfer; a sync on a GPU). max_q_len: optional limit on rows per request in q.
 
-    ``Lq > Lk`` is allowed: queries that see no cache row give zeros (SPEC.md).
+    ``Lq > Lk`` is allowed: queries that see no cache row give zeros (docs/SPEC.md).
     Returns ``DecodeInputs`` (the wrapped cache and host copies of the indptrs when checked).
     """
     q = check_q(q, num_heads_supported)
@@ -342,11 +356,11 @@ def check_decode_inputs(
         if fp8:
             tensors.append(kv_cache.scale)
         host = _host_values(tensors)
-        kv_ptr = check_indptr("kv_indptr", kv_indptr, max_last=kv_cache.num_tokens, _values=host[0])
+        kv_ptr = _check_indptr_values("kv_indptr", host[0], max_last=kv_cache.num_tokens)
         if qo_indptr is not None:
-            qo_ptr = check_indptr("qo_indptr", qo_indptr, last=total_q, max_len=max_q_len, _values=host[1])
+            qo_ptr = _check_indptr_values("qo_indptr", host[1], last=total_q, max_len=max_q_len)
         else:
-            qo_ptr = list(range(batch + 1))
+            qo_ptr = np.arange(batch + 1, dtype=np.int64)
         if fp8:
             value = float(host[-1][0])
             if not math.isfinite(value) or value <= 0.0:
@@ -369,7 +383,7 @@ def check_plan_inputs(
     format name, softmax scale, device. The indptrs may live on any device (the plan copies them);
     they must share one device with each other.
 
-    Returns ``(kv_ptr, qo_ptr, sm_scale)``: host lists of Python ints (``qo_ptr = [0..batch]`` when
+    Returns ``(kv_ptr, qo_ptr, sm_scale)``: host int64 numpy arrays (``qo_ptr = [0..batch]`` when
     ``qo_indptr`` is None) and the scale as a float. The cache size is unknown here, so
     ``kv_indptr[-1] <= cache rows`` is checked by ``check_run_inputs`` against the plan's
     ``total_kv`` (= ``kv_ptr[-1]``).
@@ -392,20 +406,12 @@ def check_plan_inputs(
         host = _host_values([kv_indptr, qo_indptr])
     else:
         host = _host_values([kv_indptr])
-    kv_ptr = check_indptr("kv_indptr", kv_indptr, _values=host[0])
+    kv_ptr = _check_indptr_values("kv_indptr", host[0])
     if qo_indptr is not None:
-        qo_ptr = check_indptr("qo_indptr", qo_indptr, max_len=max_q_len, _values=host[1])
+        qo_ptr = _check_indptr_values("qo_indptr", host[1], max_len=max_q_len)
     else:
-        qo_ptr = list(range(batch + 1))
+        qo_ptr = np.arange(batch + 1, dtype=np.int64)
     return kv_ptr, qo_ptr, scale
-
-
-def _plan_attr(plan, attr: str):
-    try:
-        return getattr(plan, attr)
-    except AttributeError:
-        raise AttributeError(f"validate.check_run_inputs needs plan.{attr}; "
-                             f"{type(plan).__name__} does not have it") from None
 
 
 def check_run_inputs(plan, q, cache, out=None, kv_indptr=None, qo_indptr=None):
@@ -422,11 +428,11 @@ def check_run_inputs(plan, q, cache, out=None, kv_indptr=None, qo_indptr=None):
     they start at 0, are non-decreasing, stay within the cache and end at total_q.
     Returns the wrapped cache. The fp8 scale's value is not checked here (that would sync).
     """
-    device = _plan_attr(plan, "device")
-    num_heads = _plan_attr(plan, "num_heads")
-    total_q = _plan_attr(plan, "total_q")
-    fmt = _plan_attr(plan, "fmt")
-    total_kv = _plan_attr(plan, "total_kv")
+    try:
+        device, num_heads, total_q, fmt, total_kv = plan.device, plan.num_heads, plan.total_q, plan.fmt, plan.total_kv
+    except AttributeError as err:
+        raise AttributeError(f"validate.check_run_inputs needs the plan's device, num_heads, total_q, fmt and "
+                             f"total_kv: {err}") from None
 
     q = check_q(q, num_heads_supported=None)
     if not _same_device(q.device, device):
@@ -444,7 +450,7 @@ def check_run_inputs(plan, q, cache, out=None, kv_indptr=None, qo_indptr=None):
                          f"(expected at least {total_kv} rows)")
     check_out(out, total_q, num_heads, q.device, inputs=[q, *_cache_tensors(kv_cache)])
     if kv_indptr is not None or qo_indptr is not None:
-        batch = _plan_attr(plan, "batch")
+        batch = plan.batch
         for name, t in (("kv_indptr", kv_indptr), ("qo_indptr", qo_indptr)):
             if t is not None:
                 check_indptr(name, t, device=q.device, batch=batch, check_values=False)

@@ -32,7 +32,7 @@ def _rows(name: str, t: torch.Tensor, width: int) -> torch.Tensor:
     if t.dim() == 3:
         if t.shape[1] != 1:
             raise ValueError(f"{name} must have one KV head: expected shape (N, 1, {width}), got {tuple(t.shape)}")
-        t = t[:, 0, :]
+        t = t.squeeze(1)
     if t.dim() != 2 or t.shape[1] != width:
         raise ValueError(f"{name} must have shape (N, {width}) or (N, 1, {width}), got {tuple(t.shape)}")
     if t.stride(1) != 1:
@@ -94,7 +94,9 @@ class Fp8Cache(_TokenRows):
         if scale.device != rows.device:
             raise ValueError(f"fp8 scale is on {scale.device} but the cache is on {rows.device}")
         object.__setattr__(self, "data", rows)
-        object.__setattr__(self, "scale", scale.reshape(1).to(torch.float32))
+        if scale.dim() != 1:
+            scale = scale.reshape(1)
+        object.__setattr__(self, "scale", scale if scale.dtype == torch.float32 else scale.to(torch.float32))
 
     @property
     def is_fnuz(self) -> bool:

@@ -1,6 +1,6 @@
 """OCP MXFP4 (E2M1 values, one E8M0 exponent per 32) quantization and exact dequantization.
 
-The quantizer reproduces, bit for bit, the producer the benchmark used (SPEC.md): per block of 32
+The quantizer reproduces, bit for bit, the producer the benchmark used (docs/SPEC.md): per block of 32
 consecutive values, round the float32 amax up by adding ``0x200000`` to its bits and keeping only
 the exponent, take ``floor(log2(.)) - 2`` clamped to [-127, 127] as the block exponent, divide by
 ``2**exponent``, round to nearest-even on the E2M1 grid, saturate at 6. Two codes per byte, value

@@ -10,8 +10,10 @@ not pull in Triton):
 - ``verify``    strict and loose checks of one output, also for outputs of unknown format
 - ``peers``     other implementations: plain PyTorch, FlashInfer, FlashMLA (each optional)
 - ``report``    results.json (schema + validation), the text table, markdown, the PNG chart
+- ``measure``   one implementation on one case: check, then time; the exit status
 - ``bench``     ``mixmla bench``
 - ``demo``      the CPU interpreter demo ``mixmla bench`` runs when no GPU is present
 - ``evaluate``  ``mixmla eval test|benchmark|leaderboard``
-- ``env``       device detection and running under the Triton interpreter
+- ``selftest``  ``mixmla test``
+- ``env``       device detection, versions, the date
 """

@@ -1,6 +1,6 @@
 """``mixmla bench``: our paths and the peers on the benchmark shapes, one table, files for later.
 
-For every shape (SPEC.md's 8 by default) and every implementation path: prepare (untimed), check
+For every shape (docs/SPEC.md's 8 by default) and every implementation path: prepare (untimed), check
 the output strictly against the reference on the same cache format (a failing output is reported
 and never timed), warm up, time the call latency the original harness's way and the GPU time by
 graph replay, and compute bytes, GB/s, share of the HBM ceiling measured at the start of the run.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import os
 import sys
 import time
@@ -21,8 +20,7 @@ from dataclasses import dataclass
 
 from .stats import StopRule
 
-__all__ = ["main", "build_parser", "Settings", "settings_for", "check_impl_case", "time_impl_case", "select",
-           "exit_status", "peer_formats"]
+__all__ = ["main", "build_parser", "Settings", "settings_for", "select"]
 
 DEFAULT_PATHS = "bf16,fp8,mxfp4,auto"
 DEFAULT_PEERS = "torch,flashinfer,flashmla"
@@ -31,7 +29,7 @@ DEFAULT_BUDGET_S = 540.0
 
 EPILOG = """\
 examples:
-  mixmla bench                               8 SPEC.md shapes x (bf16, fp8, mxfp4, auto) + peers
+  mixmla bench                               8 docs/SPEC.md shapes x (bf16, fp8, mxfp4, auto) + peers
   mixmla bench --quick --peers none          fewer repetitions, no peers
   mixmla bench --shape 32,1,8192 --shape 4,4,1024,32 --paths fp8,mxfp4
   mixmla bench --spec shapes.txt --out bench/results/today
@@ -94,85 +92,6 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {DEFAULT_BUDGET_S:.0f})")
     p.add_argument("--ceiling-gb", type=float, default=3.0, help="buffer size of the HBM ceiling measurement, GiB")
     return p
-
-
-# ---------------------------------------------------------------------------------------------- one case
-def check_impl_case(impl, case, fmt: str):
-    """Prepare ``impl`` for ``case`` in ``fmt`` and check its outputs (untimed).
-
-    Checks ``call()``'s output, and ``gpu()``'s output when it is a different callable (written into
-    its preallocated buffer, poisoned with NaN first). Returns ``(row, prepared)``: the row has
-    status "ok" (strict check passed), "check failed", "unsupported" or "error"; ``prepared`` is
-    None unless the status is ok.
-    """
-    import torch
-
-    from .peers import Unsupported
-    from .report import make_row
-    from .verify import verify, verify_any_format
-
-    row = make_row(case.spec, case.label, impl.name, fmt)
-    try:
-        prep = impl.prepare(case, fmt)
-        out = prep.call()
-        verdict = verify(out, case, prep.fmt) if prep.fmt else verify_any_format(out, case)
-        del out
-        row.update(check=verdict.as_dict(), format=verdict.fmt, note=prep.note)
-        if not verdict.strict.passed:
-            row.update(status="check failed", note=verdict.strict.message)
-            return row, None
-        if prep.gpu is not prep.call:
-            if prep.out is not None:
-                prep.out.fill_(float("nan"))
-            out2 = prep.gpu()
-            again = verify(out2, case, verdict.fmt, loose=False)
-            if not again.strict.passed:
-                row.update(status="check failed", note="graph-path output: " + again.strict.message)
-                return row, None
-        if case.q.is_cuda:
-            torch.cuda.synchronize()
-    except Unsupported as e:
-        row.update(status="unsupported", note=str(e))
-        return row, None
-    except Exception as e:  # report, keep going with the other cases
-        row.update(status="error", note=f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}")
-        return row, None
-    return row, prep
-
-
-def time_impl_case(row: dict, prep, case, settings: Settings, timer, flushers, ceiling_gbps, wall_cap_s=None) -> dict:
-    """Time a checked case: ``settings.warmup`` untimed calls, call latency (``time_calls``), GPU time
-    (``gpu_time``) after each of ``flushers`` (``(read, write)`` L2 flushers: the first gives
-    ``row["gpu"]``, the second ``row["gpu"]["write_flush_median_us"]``); then bytes and bandwidth.
-    ``wall_cap_s`` overrides the rule's wall cap (the run's budget shrinks it). Errors become status
-    "error". Returns the row."""
-    import dataclasses
-
-    from .report import fill_bandwidth
-    from .timing import gpu_time, time_calls
-
-    rule = settings.rule if wall_cap_s is None else dataclasses.replace(settings.rule, wall_cap_s=wall_cap_s)
-    try:
-        for _ in range(settings.warmup):
-            prep.call()
-        lat = time_calls(lambda _inputs: prep.call(), timer, rule)
-        row["latency_us"] = dict(lat.stats.as_dict(), stop=lat.stop)
-        main_flusher, write_flusher = flushers
-        cap = min(settings.gpu_cap_s, rule.wall_cap_s)
-        g = gpu_time(prep.gpu, main_flusher, time_cap_s=cap, max_reps=settings.gpu_max_reps,
-                     warm_s=settings.gpu_warm_s)
-        row["gpu"] = g.as_dict()
-        if write_flusher is not None:
-            gw = gpu_time(prep.gpu, write_flusher, time_cap_s=cap, max_reps=settings.gpu_max_reps)
-            row["gpu"]["write_flush_median_us"] = gw.median_us
-        if g.note:
-            row["note"] = (row["note"] + "; " if row["note"] else "") + g.note
-    except Exception as e:
-        row.update(status="error", latency_us=None, gpu=None,
-                   note=f"timing failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}")
-        return row
-    row["bytes"] = case.bytes(row["format"])
-    return fill_bandwidth(row, ceiling_gbps)
 
 
 def _line(k: int, n: int, row: dict) -> str:
@@ -253,7 +172,8 @@ def run_gpu(args, specs: list[dict], paths: list[str], peer_names: list[str]) ->
 
     from .cases import Case
     from .ceiling import measure_hbm_ceiling
-    from .env import device_info
+    from .env import device_info, source_commit
+    from .measure import check_impl_case, exit_status, peer_formats, time_impl_case
     from .peers import make_impl
     from .report import format_table, geomeans, make_row, new_results, write_all
     from .timing import CudaEventTimer, L2Flusher
@@ -283,7 +203,8 @@ def run_gpu(args, specs: list[dict], paths: list[str], peer_names: list[str]) ->
     objs = {"mixmla": make_impl("mixmla"), **peer_objs}
 
     results = new_results("gpu", info, ceiling.as_dict(),
-                          dict(settings.as_dict(), shapes=len(specs), paths=",".join(paths), peers=",".join(peer_names)))
+                          dict(settings.as_dict(), shapes=len(specs), paths=",".join(paths), peers=",".join(peer_names)),
+                          commit=source_commit())
     results["peers"] = peers_doc
     timer, flushers = CudaEventTimer(), (L2Flusher(mode="read"), L2Flusher(mode="write"))
     total = len(specs) * len(impls)
@@ -324,20 +245,6 @@ def run_gpu(args, specs: list[dict], paths: list[str], peer_names: list[str]) ->
     return exit_status(results["rows"])
 
 
-def exit_status(rows: list[dict]) -> int:
-    """1 when any of our (``mixmla``) rows failed its check or errored, else 0. Peers, unsupported
-    and skipped cases do not count."""
-    bad = [r for r in rows if r["impl"] == "mixmla" and r["status"] in ("check failed", "error")]
-    return 1 if bad else 0
-
-
-def peer_formats(offered, paths: list[str]) -> list[str]:
-    """The formats a peer runs: those of ``offered`` named in ``paths``; all of them when ``paths``
-    names no format (e.g. only ``auto``, or nothing)."""
-    named = [f for f in offered if f in paths]
-    return named if any(p in ("bf16", "fp8", "mxfp4") for p in paths) else list(offered)
-
-
 def _label(spec: dict) -> str:
     from .cases import spec_label
 
@@ -361,12 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     if not paths and not peer_names:
         print("mixmla bench: nothing to run (no paths, no peers)", file=sys.stderr)
         return 2
-    from .env import ensure_interpreter, has_cuda
+    from .env import has_cuda
 
     if not has_cuda():
-        rc = ensure_interpreter("mixmla.harness.bench", argv)
-        if rc is not None:
-            return rc
         from .demo import run_demo
 
         return run_demo(args, specs if (args.shape or args.spec) else None, paths, peer_names)

@@ -16,7 +16,7 @@ __all__ = [
     "BYTES_PER_TOKEN", "parse_shape", "spec_label", "load_specs", "min_bytes", "Case",
 ]
 
-#: KV bytes read per cached token (SPEC.md): bf16 576 x 2; fp8 576 x 1; MXFP4 288 code bytes + 18
+#: KV bytes read per cached token (docs/SPEC.md): bf16 576 x 2; fp8 576 x 1; MXFP4 288 code bytes + 18
 #: E8M0 scale bytes.
 BYTES_PER_TOKEN = {c.format: c.bytes_per_token for c in (Bf16Cache, Fp8Cache, Mxfp4Cache)}
 
@@ -58,7 +58,7 @@ def spec_label(spec: dict) -> str:
 
 def load_specs(shapes: Sequence[str] | None = None, spec_file: str | None = None) -> list[dict]:
     """The specs to run: ``--shape`` texts, plus the lines of ``--spec FILE``; with neither, the 8
-    ranked benchmark shapes of SPEC.md (``mixmla.inputs.BENCHMARK_SHAPES``)."""
+    ranked benchmark shapes of docs/SPEC.md (``mixmla.inputs.BENCHMARK_SHAPES``)."""
     from ..inputs import BENCHMARK_SHAPES, parse_spec_file
 
     specs = [parse_shape(s) for s in (shapes or [])]
@@ -80,7 +80,7 @@ def min_bytes(total_q: int, total_kv: int, num_heads: int, fmt: str) -> int:
 class Case:
     """One spec's inputs on ``device`` and its references.
 
-    data: the benchmark tuple ``(q, kv_data, qo_indptr, kv_indptr, config)`` of SPEC.md.
+    data: the benchmark tuple ``(q, kv_data, qo_indptr, kv_indptr, config)`` of docs/SPEC.md.
     ``ref(fmt)``: float64 reference output (total_q, H, 512) on ``device`` for the cache in format
     ``fmt``, computed once by ``mixmla.reference.mla_decode_reference``.
     """

@@ -1,7 +1,7 @@
 """The HBM ceiling, measured at the start of every benchmark run on the same GPU.
 
 Three streaming measurements over one ``nbytes`` float32 buffer (default 3 GiB, in the 2-8 GB
-range where SPEC.md found the H200's read rate flat at about 4.44 TB/s):
+range where docs/SPEC.md found the H200's read rate flat at about 4.44 TB/s):
 
 - ``torch.sum(x)``: reads ``nbytes`` (the 4-byte result write is ignored).
 - a Triton grid-stride read kernel: each program sums its strided blocks and writes one float;

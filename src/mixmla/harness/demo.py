@@ -21,20 +21,22 @@ MAX_DEMO_TOKENS = 4096
 def run_demo(args, specs: list[dict] | None, paths: list[str], peer_names: list[str]) -> int:
     """Run the demo; ``args`` is ``mixmla bench``'s parsed namespace (``out`` is used). Returns the
     exit status (0 when every path of ours passed its strict check)."""
-    from .bench import check_impl_case, exit_status, peer_formats
+    from .. import interpreter
     from .cases import Case, spec_label
-    from .env import device_info, interpreter_on
+    from .env import device_info, source_commit
+    from .measure import check_impl_case, exit_status, peer_formats
     from .peers import make_impl
     from .report import format_table, make_row, new_results, write_all
 
     print("mixmla bench: no CUDA GPU found (torch.cuda.is_available() is False), so nothing can be timed.")
     print("Running a tiny correctness demo instead, kernels in the Triton interpreter"
-          f" (TRITON_INTERPRET={'1' if interpreter_on() else 'unset!'}). Wall times below are not performance.")
-    print("On a GPU machine, `mixmla bench` times SPEC.md's 8 shapes; see docs/PERF.md.\n", flush=True)
+          f" (TRITON_INTERPRET={'1' if interpreter.active() else 'unset!'}). Wall times below are not performance.")
+    print("On a GPU machine, `mixmla bench` times docs/SPEC.md's 8 shapes; see docs/PERF.md.\n", flush=True)
 
     specs = specs or [dict(DEMO_SPEC)]
     impls = [("mixmla", p) for p in paths]
-    results = new_results("cpu-demo", device_info(), None, {"paths": ",".join(paths), "peers": ",".join(peer_names)})
+    results = new_results("cpu-demo", device_info(), None, {"paths": ",".join(paths), "peers": ",".join(peer_names)},
+                          commit=source_commit())
     objs = {"mixmla": make_impl("mixmla")}
     for name in peer_names:
         obj = make_impl(name)

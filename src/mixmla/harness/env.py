@@ -1,4 +1,4 @@
-"""Where we run: CUDA or not, what the device is, and running under the Triton interpreter on a CPU."""
+"""Where we run: CUDA or not, and what the device and the software are."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import datetime
 import os
 import platform
 import subprocess
-import sys
 
-__all__ = ["has_cuda", "device_info", "interpreter_on", "ensure_interpreter"]
+__all__ = ["has_cuda", "device_info", "source_commit"]
 
 
 def has_cuda() -> bool:
@@ -37,27 +36,23 @@ def device_info(device=None) -> dict:
                     memory_gib=round(props.total_memory / 2**30, 1), cuda=torch.version.cuda,
                     capability=f"{props.major}.{props.minor}")
     else:
-        info.update(name="cpu (no CUDA GPU)", interpreter=interpreter_on())
+        from .. import interpreter
+
+        info.update(name="cpu (no CUDA GPU)", interpreter=interpreter.active())
     return info
 
 
-def interpreter_on() -> bool:
-    """True when TRITON_INTERPRET asks for the Triton interpreter."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def ensure_interpreter(module: str, argv: list[str]) -> int | None:
-    """Make sure Triton kernels will run in the interpreter on this CPU-only machine.
-
-    TRITON_INTERPRET must be set before the kernels are defined (``mixmla.kernels`` imported). If
-    it is set, or nothing of ours with kernels is imported yet (then it is set now), returns None:
-    carry on in this process. Otherwise runs ``python -m module argv`` with it set and returns
-    that exit status.
-    """
-    if interpreter_on():
+def source_commit() -> str | None:
+    """The git commit (short hash, ``+`` when the work tree has changes) of the checkout mixmla is
+    imported from, or None when it is not a git checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
         return None
-    if not any(m == "mixmla.api" or m.startswith("mixmla.kernels") for m in sys.modules):
-        os.environ["TRITON_INTERPRET"] = "1"
-        return None
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    return subprocess.call([sys.executable, "-m", module, *argv], env=env)
+    return head.stdout.strip() + ("+" if dirty else "")

@@ -194,13 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``mixmla eval``. argv: arguments after ``eval``. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    from .env import ensure_interpreter, has_cuda
+    from .env import has_cuda
 
     cuda = has_cuda()
-    if not cuda and args.submission is None:
-        rc = ensure_interpreter("mixmla.harness.evaluate", argv)
-        if rc is not None:
-            return rc
     from ..inputs import parse_spec_file
 
     try:

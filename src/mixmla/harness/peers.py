@@ -18,7 +18,7 @@ Both return the output (total_q, H, 512) bf16. Setup that cannot do a case raise
   matmul, float32 softmax, matmul (padded ``bmm`` for uniform batches, a per-request loop for
   ragged ones). All three formats.
 - ``flashinfer``: ``flashinfer.mla.BatchMLAPagedAttentionWrapper(workspace, backend="fa3")``, page
-  size 1, bf16 and fp8 (``float8_e4m3fn``) caches, exactly as /work/shared/PEERS.md describes.
+  size 1, bf16 and fp8 (``float8_e4m3fn``) caches, as docs/DEVELOPING.md describes.
 - ``flashmla``: DeepSeek's ``flash_mla_with_kvcache``, bf16, page size 64. Not on PyPI (it needs
   a CUDA build with CUTLASS headers), so it is usually reported as not installed.
 """
@@ -166,7 +166,7 @@ class TorchBaseline(Impl):
 
 # ----------------------------------------------------------------------------------------------
 class FlashInfer(Impl):
-    """FlashInfer's MLA decode (fa3 backend, page size 1) on our layout, per PEERS.md."""
+    """FlashInfer's MLA decode (fa3 backend, page size 1) on our layout."""
 
     name = "flashinfer"
     formats = ("bf16", "fp8")
@@ -177,7 +177,7 @@ class FlashInfer(Impl):
 
     def unavailable(self) -> str | None:
         if importlib.util.find_spec("flashinfer") is None:
-            return "not installed (pip: flashinfer-python; PEERS.md lists a wheel set for the H200)"
+            return "not installed (pip: flashinfer-python; docs/DEVELOPING.md lists a wheel set for machines without network)"
         return None
 
     def prepare(self, case, fmt: str) -> Prepared:

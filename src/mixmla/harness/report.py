@@ -1,4 +1,5 @@
-"""Writing the results: results.json (schema + validation), the text table, markdown, PNG chart.
+"""Writing the results: results.json (schema + validation), the text table, markdown; the PNG chart
+is ``chart.write_chart``.
 
 All writers take the plain-dict ``results`` of :func:`new_results` (JSON-ready); nothing here
 touches a GPU, so all of it is testable on a CPU.
@@ -26,6 +27,7 @@ import math
 import os
 from typing import Iterable
 
+from .chart import write_chart
 from .stats import geomean
 
 __all__ = [
@@ -40,11 +42,12 @@ _ROW_KEYS = ("shape", "shape_label", "impl", "path", "label", "status", "note", 
              "gpu", "bytes", "floor_us", "gbps", "pct_ceiling", "x_floor")
 
 
-def new_results(mode: str, device: dict, ceiling: dict | None, settings: dict) -> dict:
+def new_results(mode: str, device: dict, ceiling: dict | None, settings: dict, commit: str | None = None) -> dict:
     """An empty results document. mode: ``"gpu"`` or ``"cpu-demo"``. device: name, torch and triton
-    versions, ... ceiling: ``Ceiling.as_dict()`` or None. settings: the run's options."""
+    versions, ... ceiling: ``Ceiling.as_dict()`` or None. settings: the run's options. commit: the
+    checkout's git commit, when known (the chart's title names it)."""
     return {"schema": SCHEMA, "mode": mode, "device": device, "ceiling": ceiling, "settings": settings,
-            "peers": {}, "rows": [], "geomean": {}}
+            "commit": commit, "peers": {}, "rows": [], "geomean": {}}
 
 
 def make_row(spec: dict, shape_label: str, impl: str, path: str, status: str = "ok", note: str = "") -> dict:
@@ -277,57 +280,6 @@ def write_markdown(results: dict, path: str, title: str = "mixmla bench") -> str
     return path
 
 
-def write_chart(results: dict, path: str) -> str | None:
-    """PNG with two panels: call latency (and GPU time, hollow markers) per shape and path on a
-    log axis; achieved GB/s (from GPU time) per shape and path with the measured ceiling as a line.
-    Returns the path, or None when matplotlib is missing or nothing was timed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    rows = [r for r in results["rows"] if r["status"] == "ok" and r.get("latency_us")]
-    if not rows:
-        return None
-    shapes = list(dict.fromkeys(r["shape_label"] for r in rows))
-    labels = list(dict.fromkeys(r["label"] for r in rows))
-    index = {(r["shape_label"], r["label"]): r for r in rows}
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(8.0, 1.3 * len(shapes) + 4), 9), constrained_layout=True)
-    width = 0.8 / max(1, len(labels))
-    cmap = plt.get_cmap("tab10")
-    for j, label in enumerate(labels):
-        xs = [i + (j - (len(labels) - 1) / 2) * width for i in range(len(shapes))]
-        cells = [index.get((s, label)) for s in shapes]
-        lat = [r["latency_us"]["mean"] if r else 0 for r in cells]
-        gpu = [r["gpu"]["median_us"] if r and r.get("gpu") else None for r in cells]
-        bw = [(r.get("gbps") or 0) if r else 0 for r in cells]
-        ax1.bar(xs, lat, width, label=label, color=cmap(j % 10))
-        gx = [x for x, g in zip(xs, gpu) if g]
-        ax1.scatter(gx, [g for g in gpu if g], marker="_", s=120, color="black", zorder=3,
-                    label="GPU time" if j == 0 else None)
-        ax2.bar(xs, bw, width, label=label, color=cmap(j % 10))
-    ax1.set_yscale("log")
-    ax1.set_ylabel("call latency, mean (us, log)")
-    ax1.set_title("Call latency per shape (bars) and GPU time (black marks)")
-    ceiling = (results.get("ceiling") or {}).get("read_gbps")
-    if ceiling:
-        ax2.axhline(ceiling, color="red", linestyle="--", label=f"measured read ceiling {ceiling:.0f} GB/s")
-    ax2.set_ylabel("achieved GB/s (minimum bytes / GPU time)")
-    ax2.set_title("Achieved bandwidth against the HBM read ceiling")
-    for ax in (ax1, ax2):
-        ax.set_xticks(range(len(shapes)))
-        ax.set_xticklabels(shapes, rotation=0)
-        ax.set_xlabel("batch x kv_seq_len")
-        ax.grid(axis="y", alpha=0.3)
-    ax1.legend(fontsize=8, ncol=min(4, len(labels) + 1))
-    ax2.legend(fontsize=8, ncol=min(4, len(labels) + 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def write_all(results: dict, out_dir: str) -> dict:
     """results.json, summary.md and bench.png into ``out_dir`` (created). Returns name -> path."""
     os.makedirs(out_dir, exist_ok=True)
@@ -340,13 +292,17 @@ def write_all(results: dict, out_dir: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m mixmla.harness.report RESULTS.json [--short]``: print a saved run's table again."""
+    """``python -m mixmla.harness.report RESULTS.json [--short] [--chart PNG [--commit C]]``: print a
+    saved run's table again, and draw its chart (``--commit`` names the code commit when the
+    results do not)."""
     import argparse
     import sys
 
     p = argparse.ArgumentParser(prog="python -m mixmla.harness.report", description=main.__doc__)
     p.add_argument("results", help="a results.json written by mixmla bench")
     p.add_argument("--short", action="store_true", help="the compact pivot table only")
+    p.add_argument("--chart", metavar="PNG", help="also draw the chart into this file")
+    p.add_argument("--commit", help="the commit to name in the chart's title (default: the one recorded)")
     args = p.parse_args(argv)
     with open(args.results, encoding="utf-8") as f:
         doc = json.load(f)
@@ -355,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
         print("results.json does not follow the schema: " + "; ".join(problems[:5]), file=sys.stderr)
         return 1
     print(format_short(doc) if args.short else format_table(doc))
+    if args.chart:
+        written = write_chart(doc, args.chart, commit=args.commit)
+        print(f"wrote {written}" if written else "no chart: matplotlib missing or nothing timed")
     return 0
 
 

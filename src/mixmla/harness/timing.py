@@ -18,9 +18,9 @@ the stream that is busy with the flush, so host launch cost is not in it. The be
 *reading* 256 MiB (``L2Flusher(mode="read")``) and also reports the time after the original
 harness's *write* flush: a written buffer leaves the L2 full of dirty lines, and writing them back
 to HBM happens inside the timed call (measured on the H200: 1-10 us per call on the benchmark
-shapes, `bench/flush_study.py`, docs/PERF.md), a cost of the flush rather than of the kernel. Before the timed replays the graph is
+shapes, `bench/studies/flush_study.py`, docs/PERF.md), a cost of the flush rather than of the kernel. Before the timed replays the graph is
 replayed untimed for ``warm_s`` seconds: the H200 runs the first tens of milliseconds of replays
-after a large case is generated up to 15% slower (`bench/clock_study.py`). We flush instead of
+after a large case is generated up to 15% slower (`bench/studies/clock_study.py`). We flush instead of
 rotating input sets: it works for every shape and every peer without multiplying the memory of
 the 2.4 GB caches. A callable that cannot be captured in a graph is timed eagerly the same way
 (``method = "eager+flush"``; launch gaps then count).

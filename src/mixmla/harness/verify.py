@@ -8,7 +8,7 @@
 
 When the format an implementation read is unknown (``custom_kernel`` with ``fmt="auto"``, or a
 user's submission), :func:`verify_any_format` checks against every format's reference and keeps the
-closest: SPEC.md lets an implementation use whichever of the three caches it likes, and the three
+closest: docs/SPEC.md lets an implementation use whichever of the three caches it likes, and the three
 references differ from one another by far more than 1e-2, so the closest one identifies the format.
 """
 

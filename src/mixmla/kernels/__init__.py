@@ -1,1 +1,3 @@
-"""Triton kernels: tile loaders per format, the online softmax, the decode and combine kernels."""
+"""Kernel backends behind one interface (``backend``): ``triton/``, the portable Triton kernels
+(GPUs and Triton's CPU interpreter), and ``gluon/``, the Hopper kernels; ``ptx`` holds the NVIDIA
+inline PTX both use."""

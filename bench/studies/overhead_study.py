@@ -7,8 +7,8 @@ the bench's *write* flush (256 MiB filled). ``decode only`` is the same graph wi
 launch left out (its output is then incomplete; it is timed, not checked). One JSON line per
 measurement to OUT/overhead_study.jsonl; a table last.
 
-``PYTHONPATH=src python3 bench/overhead_study.py [--shapes 4x1024,...] [--formats bf16]
-[--configs "pdl:dependent_launch=1;bt32:block_t=32,num_stages=2,items_per_sm=2"]``
+``PYTHONPATH=src python3 bench/studies/overhead_study.py [--shapes 4x1024,...] [--formats bf16]
+[--configs "bt32:block_t=32,num_stages=2,items_per_sm=2"]``
 """
 
 import argparse
@@ -19,10 +19,12 @@ import os
 import torch
 
 import mixmla
-import mixmla.kernels.launch as launch_module
+from mixmla.formats import as_cache
+from mixmla.kernels.triton import launch
 from mixmla.check import check_strict
 from mixmla.harness.timing import L2Flusher, capture_graph
-from mixmla.plan import default_config, rows_per_request
+from mixmla.kernels.triton.configs import default_config
+from mixmla.schedule import rows_per_request
 
 from flush_study import bench_case, shape_list, time_graphs
 
@@ -42,11 +44,6 @@ def parse_configs(text):
     return out
 
 
-class _NoLaunch:
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: None
-
-
 def time_graph(graph, before, reps):
     """Median GPU time (us) of ``reps`` replays of ``graph``, ``before()`` enqueued before each."""
     return time_graphs([graph], before, reps)[0]
@@ -56,7 +53,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--formats", default="bf16,fp8,mxfp4")
-    ap.add_argument("--configs", default="pdl:dependent_launch=1")
+    ap.add_argument("--configs", default="")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/out"))
     a = ap.parse_args()
@@ -64,7 +61,6 @@ def main():
     log = open(os.path.join(a.out, "overhead_study.jsonl"), "a")
     read_flush = L2Flusher(mode="read").flush
     write_flush = L2Flusher(mode="write").flush
-    real_combine = launch_module.mla_combine_kernel
     rows = []
     for shape in shape_list(a.shapes):
         case = bench_case(shape)
@@ -88,11 +84,10 @@ def main():
                     rec["write_us"] = time_graph(g, write_flush, a.reps)
                     del g
                     if not p.schedule.direct:
-                        launch_module.mla_combine_kernel = _NoLaunch()
-                        try:
-                            g = capture_graph(lambda: p.run(q, cache, out=out))
-                        finally:
-                            launch_module.mla_combine_kernel = real_combine
+                        # The plan's launches without the combine (its output is then incomplete).
+                        decode = launch.launches(p._plan.constants, q, as_cache(cache), p.kv_indptr, p.qo_indptr,
+                                                 out, None)[0]
+                        g = capture_graph(lambda: launch.run(decode))
                         rec["decode_only_read_us"] = time_graph(g, read_flush, a.reps)
                         del g
                 except Exception as exc:  # a config that does not fit is recorded, not fatal

@@ -5,7 +5,7 @@ Sequence: generate the 256 x 8192 inputs; 15 blocks of 10 replays (read flush be
 the float64 reference (heavy, as the bench's correctness gate does); 15 more blocks; idle 3 s;
 15 more blocks. One JSON line per block to OUT/clock_study.jsonl.
 
-``PYTHONPATH=src python3 bench/clock_study.py [--shape 256x8192] [--fmt bf16]``
+``PYTHONPATH=src python3 bench/studies/clock_study.py [--shape 256x8192] [--fmt bf16]``
 """
 
 import argparse

@@ -15,7 +15,7 @@ Plus an ``empty`` row: a graph with one 1-element kernel, under the same flushes
 Medians over ``--reps`` replays, in microseconds; one JSON line per (shape, impl, method) to
 OUT/flush_study.jsonl.
 
-``PYTHONPATH=src python3 bench/flush_study.py [--shapes 4x1024,...] [--formats bf16,fp8,mxfp4] [--peers]``
+``PYTHONPATH=src python3 bench/studies/flush_study.py [--shapes 4x1024,...] [--formats bf16,fp8,mxfp4] [--peers]``
 """
 
 import argparse

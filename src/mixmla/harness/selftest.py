@@ -40,7 +40,7 @@ def _reference_implementation(q, cache, kv_indptr, qo_indptr=None, sm_scale=None
     """The exact reference, rounded to bf16 like a kernel's output: (total_q, H, 512) bf16."""
     import torch
 
-    from .reference import mla_decode_reference
+    from ..reference import mla_decode_reference
 
     return mla_decode_reference(q, cache, kv_indptr, qo_indptr, sm_scale)[0].to(torch.bfloat16)
 
@@ -56,7 +56,7 @@ def resolve_implementation(name: str) -> tuple[Callable, str]:
         return _reference_implementation, "mixmla.reference.mla_decode_reference (exact, float64)"
     if name in ("auto", "api"):
         try:
-            from .api import mla_decode
+            from ..api import mla_decode
         except Exception as e:  # any failure to import means: not available here
             if name == "api":
                 raise RuntimeError(f"mixmla.api.mla_decode is not available: {type(e).__name__}: {e}") from e
@@ -92,8 +92,8 @@ def run_case(fn: Callable, data, fmt: str, spec_text: str, ground_truth, strict_
     """
     import torch
 
-    from .check import check_loose, check_strict
-    from .reference import mla_decode_reference
+    from ..check import check_loose, check_strict
+    from ..reference import mla_decode_reference
 
     q, kv_data, qo_indptr, kv_indptr, config = data
     cache = kv_data[fmt]
@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("spec_file", nargs="?", help="spec-line file (default: the built-in test shapes)")
     parser.add_argument("--benchmark-shapes", action="store_true",
-                        help="use the 8 benchmark shapes of SPEC.md instead of the test shapes")
+                        help="use the 8 benchmark shapes of docs/SPEC.md instead of the test shapes")
     parser.add_argument("--impl", default="auto",
                         help="auto (default: mixmla.api.mla_decode, or the reference if that is not "
                              "available), api, reference, or module:function")
@@ -204,12 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mixmla test: unknown formats {unknown}; choose from {', '.join(FORMATS)}", file=sys.stderr)
         return 2
 
-    import os
-
     import torch
 
-    from .inputs import BENCHMARK_SHAPES, TEST_SHAPES, generate_from_spec, parse_spec_file
-    from .reference import mla_decode_reference
+    from .. import interpreter
+    from ..inputs import BENCHMARK_SHAPES, TEST_SHAPES, generate_from_spec, parse_spec_file
+    from ..reference import mla_decode_reference
 
     if args.spec_file:
         try:
@@ -220,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         specs = BENCHMARK_SHAPES if args.benchmark_shapes else TEST_SHAPES
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    interpreted = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    interpreted = interpreter.active()
     max_tokens = args.max_kv_tokens
     if max_tokens is None and device.type != "cuda":
         max_tokens = CPU_MAX_KV_TOKENS

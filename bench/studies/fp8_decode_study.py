@@ -1,5 +1,5 @@
 """Is the fp8 kernel bound by its conversion instructions? Times the fp8 decode kernel with the
-e4m3 -> f16 step done three ways (patched into ``mixmla.kernels.loaders`` before anything
+e4m3 -> f16 step done three ways (patched into ``mixmla.kernels.triton.fp8`` before anything
 compiles, so run one decoder per process):
 
 - ``cvt``: the shipped decoder, one ``cvt.rn.f16x2.e4m3x2`` per pair of values;
@@ -14,7 +14,7 @@ compiles, so run one decoder per process):
 Prints GPU time (CUDA-graph replay median after a read flush, us) and the strict check per shape
 and config; one JSON line each to OUT/fp8_decode_study.jsonl.
 
-``PYTHONPATH=src python3 bench/fp8_decode_study.py --decoder int [--shapes 256x8192,64x8192]``
+``PYTHONPATH=src python3 bench/studies/fp8_decode_study.py --decoder int [--shapes 256x8192,64x8192]``
 """
 
 import argparse
@@ -24,7 +24,7 @@ import os
 
 import triton.language as tl
 
-from mixmla.kernels import loaders
+from mixmla.kernels.triton import fp8
 
 DECODERS = {
     "cvt": None,
@@ -62,14 +62,14 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/out"))
     a = ap.parse_args()
     if DECODERS[a.decoder] is not None:
-        loaders._FP8_ASM = tl.constexpr(DECODERS[a.decoder])
+        fp8._TO_F16X2 = tl.constexpr(DECODERS[a.decoder])
 
     import torch
 
     import mixmla
     from mixmla.check import check_strict
     from mixmla.harness.timing import L2Flusher, capture_graph
-    from mixmla.plan import default_config
+    from mixmla.kernels.triton.configs import default_config
 
     from flush_study import bench_case, shape_list
     from overhead_study import parse_configs, time_graph

@@ -1,9 +1,8 @@
 """Kernel-shape sweep on a GPU: correctness first, then GPU time per format and config.
 
-Usage (on the H200): ``PYTHONPATH=src python3 bench/sweep_kernels.py --out $OUT [--quick]``.
-Kernel shapes to try at 256 x 8192: ``SWEEP_CFGS="bt,nw,ns,reload[,tokens_in_m,max_registers,
-register_prefetch,fp8_scores,fp8_imprecise];..."`` (``KernelConfig`` fields in that order; "none"
-skips this step); each is checked (strict, relative L2 logged) before it is timed unless
+Usage (on the H200): ``PYTHONPATH=src python3 bench/studies/sweep_kernels.py --out $OUT [--quick]``.
+Kernel shapes to try at 256 x 8192: ``SWEEP_CFGS="bt,nw,ns;..."`` (``KernelConfig``'s block_t,
+num_warps, num_stages; "none" skips this step); each is checked (strict, relative L2 logged) before it is timed unless
 ``--skip-check``. The split policies are then timed on the 8 benchmark shapes with the best shape.
 Writes one JSON line per measurement to ``OUT/sweep.jsonl`` and prints a short table last.
 GPU time: ``triton.testing.do_bench`` median; do_bench zeroes a 256 MB buffer before every call,
@@ -14,6 +13,7 @@ so the cache is read from HBM. Bytes and ceiling as mixmla bench counts and meas
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import math
@@ -30,7 +30,7 @@ from mixmla.formats import as_cache
 from mixmla.harness.cases import min_bytes
 from mixmla.harness.ceiling import measure_hbm_ceiling
 from mixmla.inputs import generate_input
-from mixmla.plan import DEFAULT_CONFIGS, KernelConfig
+from mixmla.kernels.triton.configs import DEFAULT_CONFIGS, KernelConfig
 from mixmla.reference import mla_decode_reference
 
 FORMATS = ("bf16", "fp8", "mxfp4")
@@ -95,12 +95,9 @@ def main(argv=None):
     # 1) kernel shape at the largest shape
     big = (256, 1, 8192, 16)
     best = {}
-    grid = os.environ.get("SWEEP_CFGS", "32,4,2,0;32,4,3,0;64,4,2,0;64,8,2,0;32,4,2,1;32,4,3,1;64,4,2,1;64,8,2,1;16,4,3,1")
+    grid = os.environ.get("SWEEP_CFGS", "32,4,2;32,4,3;64,4,2;64,4,3;64,8,2;16,4,3")
     shapes_cfg = [] if grid == "none" else [
-        KernelConfig(block_t=f[0], num_warps=f[1], num_stages=f[2], reload_values=bool(f[3]),
-                     tokens_in_m=bool(f[4]) if len(f) > 4 else False, max_registers=f[5] if len(f) > 5 else 0,
-                     register_prefetch=bool(f[6]) if len(f) > 6 else False, fp8_scores=bool(f[7]) if len(f) > 7 else False,
-                     fp8_imprecise=f[8] if len(f) > 8 else 0)
+        KernelConfig(block_t=f[0], num_warps=f[1], num_stages=f[2])
         for f in ([int(x) for x in c.split(",")] for c in grid.split(";"))]
     if args.quick:
         shapes_cfg = shapes_cfg[:4]
@@ -141,9 +138,7 @@ def main(argv=None):
         base = best.get(fmt, (0, DEFAULT_CONFIGS[fmt]))[1]
         results = []
         for ips, mc in policies:
-            cfg = KernelConfig(base.block_t, base.num_warps, base.num_stages, ips, max(mc, base.block_t),
-                               base.reload_values, base.tokens_in_m, base.max_registers, base.register_prefetch,
-                               base.fp8_scores, base.fp8_imprecise)
+            cfg = dataclasses.replace(base, items_per_sm=ips, min_chunk=max(mc, base.block_t))
             p = mixmla.plan(kvp, qo, 16, fmt, config=cfg)
             ms = time_plan(p, q, cache, out)
             results.append((ms, ips, mc, p.schedule.num_work, p.schedule.direct))
@@ -158,9 +153,7 @@ def main(argv=None):
     log(dict(kind="best_cfg", best={k: dict(us=v[0] * 1e3, cfg=v[1].__dict__) for k, v in best.items()}))
     print(f"\nceiling {ceiling / 1e12:.2f} TB/s; worst strict rel L2 per format: {worst}; {time.time() - t0:.0f}s")
     for fmt, (ms, cfg) in best.items():
-        print(f"best 256x8192 {fmt}: {ms * 1e3:.1f} us  bt={cfg.block_t} nw={cfg.num_warps} ns={cfg.num_stages} "
-              f"reload={cfg.reload_values} tokens_in_m={cfg.tokens_in_m} maxnreg={cfg.max_registers} "
-              f"prefetch={cfg.register_prefetch}")
+        print(f"best 256x8192 {fmt}: {ms * 1e3:.1f} us  bt={cfg.block_t} nw={cfg.num_warps} ns={cfg.num_stages}")
     print(f"{'shape':>10} {'fmt':>6} {'us':>9} {'%HBM':>6} {'ips':>4} {'minc':>5} {'work':>5}")
     for row in table:
         print(f"{row[0]:>10} {row[1]:>6} {row[2]:9.1f} {100 * row[3]:6.1f} {row[4]:4.0f} {row[5]:5d} {row[6]:5d}")

@@ -19,7 +19,7 @@ def mla_combine_kernel(
     part_o_ptr, part_lse_ptr, rows_max, split_indptr, qo_indptr,
     out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
     H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-    WRITE_LSE: tl.constexpr, WAIT_FOR_PRIMARY: tl.constexpr = False,
+    WRITE_LSE: tl.constexpr,
 ):
     """Grid: (batch, row blocks, 512 / BLOCK_D column blocks).
 
@@ -28,9 +28,7 @@ def mla_combine_kernel(
     split_indptr[b+1]``. Writes out (total_q, H, 512) bf16 and, if WRITE_LSE, lse (total_q, H)
     float32 natural log. BLOCK_S partials are read with one load each step (all of them when a
     request has at most BLOCK_S chunks), so a request with many chunks waits for one memory
-    latency per BLOCK_S chunks, not one per chunk. WAIT_FOR_PRIMARY: launched as a programmatic
-    dependent of the decode kernel (it may start before the partials exist), so wait for that
-    grid before reading them.
+    latency per BLOCK_S chunks, not one per chunk.
     """
     req = tl.program_id(0)
     row_block = tl.program_id(1)
@@ -42,8 +40,6 @@ def mla_combine_kernel(
     cols = col_block * BLOCK_D + tl.arange(0, BLOCK_D)
     w_begin = tl.load(split_indptr + req)
     w_end = tl.load(split_indptr + req + 1)
-    if WAIT_FOR_PRIMARY:
-        tl.extra.cuda.gdc_wait()
 
     m = tl.full((BLOCK_R,), float("-inf"), tl.float32)
     weight_sum = tl.zeros((BLOCK_R,), tl.float32)

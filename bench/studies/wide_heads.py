@@ -5,7 +5,7 @@ registers per thread, so ptxas spills (about 1 KB per thread, `bench/compile_rep
 128`); 8 warps halve it. Prints GPU time (CUDA-graph replay, L2 flushed by do_bench) and the strict
 check per format and config; writes one JSON line per measurement to OUT/wide_heads.jsonl.
 
-``PYTHONPATH=src python3 bench/wide_heads.py [--batch 32] [--kv 4096] [--out DIR]``
+``PYTHONPATH=src python3 bench/studies/wide_heads.py [--batch 32] [--kv 4096] [--out DIR]``
 """
 
 import argparse
@@ -20,7 +20,7 @@ import mixmla
 from mixmla.check import check_strict
 from mixmla.formats import as_cache
 from mixmla.inputs import generate_input
-from mixmla.plan import default_config
+from mixmla.kernels.triton.configs import default_config
 from mixmla.reference import mla_decode_reference
 
 

@@ -1,0 +1,188 @@
+"""Host time per call of mixmla's entry points, and of FlashInfer's run where it is importable.
+
+What a serving loop that does not capture graphs pays on the host for every call. For each shape
+(batch x cached tokens per request, 16 heads, one query token) and cache format, on the GPU:
+
+- ``run``: ``DecodePlan.run(q, cache, out=out)``, eager; ``run+lse``: the same with the lse.
+- ``plan``: ``mixmla.plan(kv_indptr, qo_indptr, H, fmt)`` with the layout of the last call (its
+  work arrays are cached on the device); ``plan (new counts)``: the same with that cache emptied
+  before each call, what a plan costs when its chunk counts are new.
+- ``mla_decode``: ``mixmla.mla_decode(q, cache, kv_indptr, qo_indptr)``.
+- ``custom_kernel``: ``custom_kernel(data, fmt)`` (from its third call on, one graph replay and a
+  copy of the output); ``custom_kernel eager``: ``use_graphs=False``.
+- ``flashinfer run``: ``BatchMLAPagedAttentionWrapper.run`` after its plan (bf16 and fp8), as
+  ``mixmla bench`` calls it.
+- ``triton @jit empty`` / ``triton handle empty``: an empty kernel of one pointer argument through
+  Triton's dispatcher and through its compiled handle, the floors of the two launch paths.
+
+A sample is ``time.perf_counter`` around one call, which returns once its GPU work is queued; calls
+run in bursts of ``--burst`` after a ``torch.cuda.synchronize()``, so the launch queue never fills
+and GPU time does not leak in. Reported per entry point: the median, 10th and 90th percentiles over
+``--calls`` calls (after 20 untimed), in microseconds.
+
+Without a GPU the same entry points run on CPU tensors in Triton's interpreter with every kernel
+launch replaced by nothing: the Python of mixmla's side only (``mode: cpu-python``), no transfers.
+
+    PYTHONPATH=src python3 bench/host_cost.py --out DIR [--shapes 4x1024,64x1024,256x1024]
+        [--formats bf16,fp8,mxfp4] [--calls 400] [--burst 20]
+
+Writes DIR/host_cost.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+import mixmla
+from mixmla import api
+from mixmla.harness.env import device_info, source_commit
+from mixmla.inputs import generate_input
+from mixmla.kernels.triton import backend as triton_backend
+from mixmla.kernels.triton import launch
+
+HEADS = 16
+
+
+def sample(fn, calls: int, burst: int, cuda: bool, before=None) -> dict:
+    """Host microseconds per call of ``fn()``: median, p10, p90 over ``calls`` timed calls."""
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(20):
+        if before:
+            before()
+        fn()
+    sync()
+    times = []
+    while len(times) < calls:
+        sync()
+        for _ in range(min(burst, calls - len(times))):
+            if before:
+                before()
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e6)
+    sync()
+    q = statistics.quantiles(times, n=10)
+    return {"median_us": statistics.median(times), "p10_us": q[0], "p90_us": q[-1], "n": len(times)}
+
+
+def _flashinfer_call(data, fmt):
+    """FlashInfer's per-step call, prepared as ``mixmla bench`` does, or None if not importable."""
+    from mixmla.harness.cases import Case
+    from mixmla.harness.peers import FlashInfer
+
+    peer = FlashInfer()
+    if peer.unavailable() or fmt not in peer.formats:
+        return None
+    case = Case({"batchsize": 0, "qseqlen": 1, "kvseqlen": 0, "seed": 0}, data)
+    return peer.prepare(case, fmt).call
+
+
+def _empty_kernel_calls():
+    """Calls launching an empty one-argument kernel through the dispatcher and through its handle."""
+    import triton
+
+    @triton.jit
+    def empty(x_ptr):
+        pass
+
+    x = torch.empty(1, device="cuda")
+    compiled = empty[(1,)](x)
+    stream = triton.runtime.driver.active.get_current_stream(torch.cuda.current_device())
+    return (lambda: empty[(1,)](x)), (lambda: launch.launch_compiled(compiled, (1,), stream, (x,)))
+
+
+def measure(shapes, formats, calls, burst) -> list[dict]:
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    rows = []
+
+    def add(shape, fmt, entry, fn, before=None):
+        r = sample(fn, calls, burst, cuda, before)
+        rows.append(dict(shape=shape, format=fmt, entry=entry, **r))
+        print(f"  {shape:>9} {fmt or '':>6} {entry:<22} {r['median_us']:8.1f} us  (p10 {r['p10_us']:.1f}, "
+              f"p90 {r['p90_us']:.1f})", flush=True)
+
+    if cuda:
+        jit_call, handle_call = _empty_kernel_calls()
+        add("-", None, "triton @jit empty", jit_call)
+        add("-", None, "triton handle empty", handle_call)
+    for shape in shapes:
+        batch, kv_len = (int(x) for x in shape.split("x"))
+        data = generate_input(batch, 1, kv_len, seed=batch + kv_len, num_heads=HEADS, device=device)
+        q, kv, qo_indptr, kv_indptr, _ = data
+        for fmt in formats:
+            cache = kv[fmt]
+            p = mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt)
+            out = torch.empty(q.shape[0], HEADS, 512, dtype=torch.bfloat16, device=device)
+            add(shape, fmt, "run", lambda: p.run(q, cache, out=out))
+            add(shape, fmt, "run+lse", lambda: p.run(q, cache, out=out, return_lse=True))
+            add(shape, fmt, "plan", lambda: mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt))
+            add(shape, fmt, "plan (new counts)", lambda: mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt),
+                before=triton_backend._schedule_on_device.cache_clear)
+            add(shape, fmt, "mla_decode", lambda: mixmla.mla_decode(q, cache, kv_indptr, qo_indptr))
+            add(shape, fmt, "custom_kernel", lambda: api.custom_kernel(data, fmt))
+            add(shape, fmt, "custom_kernel eager", lambda: api.custom_kernel(data, fmt, use_graphs=False))
+            peer = _flashinfer_call(data, fmt) if cuda else None
+            if peer is not None:
+                add(shape, fmt, "flashinfer run", peer)
+    return rows
+
+
+def table(rows) -> str:
+    """Entry points down, shape/format across: median host us per call."""
+    columns = list(dict.fromkeys((r["shape"], r["format"]) for r in rows if r["format"]))
+    entries = list(dict.fromkeys(r["entry"] for r in rows))
+    cell = {(r["entry"], r["shape"], r["format"]): r["median_us"] for r in rows}
+    header = ["host us per call"] + [f"{s} {f}" for s, f in columns]
+    body = []
+    for e in entries:
+        if (e, "-", None) in cell:
+            body.append([e, f"{cell[(e, '-', None)]:.1f}"] + [""] * (len(columns) - 1))
+        else:
+            body.append([e] + [f"{cell[(e, s, f)]:.1f}" if (e, s, f) in cell else "" for s, f in columns])
+    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                     for r in [header] + body)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", os.path.join("bench", "out")))
+    ap.add_argument("--shapes", default="4x1024,64x1024,256x1024", help="batch x cached tokens, comma-separated")
+    ap.add_argument("--formats", default="bf16,fp8,mxfp4")
+    ap.add_argument("--calls", type=int, default=400, help="timed calls per entry point")
+    ap.add_argument("--burst", type=int, default=20, help="calls between synchronizations")
+    a = ap.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    if not cuda:
+        # mixmla's Python only: the interpreter runs no kernel (its run would dominate everything).
+        import triton.runtime.interpreter as triton_interpreter
+
+        triton_interpreter.InterpretedFunction.run = lambda self, *args, **kwargs: None
+    commit = source_commit()
+    info = device_info()
+    print(f"host cost per call on {info['name']}, commit {commit}, torch {info['torch']}, triton {info['triton']}"
+          + ("" if cuda else " (CPU: mixmla's Python only, kernel launches stubbed out)"), flush=True)
+    rows = measure([s.strip() for s in a.shapes.split(",") if s.strip()],
+                   [f.strip() for f in a.formats.split(",") if f.strip()], a.calls, a.burst)
+    doc = {"schema": "mixmla-host-cost/1", "mode": "gpu" if cuda else "cpu-python", "device": info, "commit": commit,
+           "settings": {"calls": a.calls, "burst": a.burst, "heads": HEADS}, "rows": rows}
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, "host_cost.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print()
+    print(table(rows))
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The seam between the public API and the kernels: a backend interface and the registry that
+picks one at plan time.
+
+``mixmla.api`` checks the arguments, reads the indptrs once and describes the batch as a
+:class:`Layout`; the chosen :class:`Backend` turns it into a :class:`BackendPlan` (schedule,
+device-side constants, workspace, kernel arguments bound where they can be), and ``run`` launches
+that plan's kernels. Everything a backend needs beyond the layout and the run-time tensors is its
+own business. A backend lives in ``mixmla.kernels.<name>.backend`` and exposes ``BACKEND``, an
+instance of :class:`Backend`; ``get_backend`` imports it on first use.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+#: Backends a caller may name; 'auto' picks one for the layout (see ``get_backend``).
+BACKENDS = ("triton", "gluon")
+BACKEND_CHOICES = ("auto",) + BACKENDS
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a plan is made for, already checked by the API.
+
+    device: where the kernels run (a CUDA device with its index, or CPU). num_heads: H. fmt:
+    'bf16', 'fp8' or 'mxfp4', the cache format ``run`` will get. sm_scale: the softmax scale
+    (natural-log units). kv_lens, q_lens: (batch,) int64 numpy arrays, cached tokens and query
+    tokens per request (host copies of the indptrs' differences).
+    """
+
+    device: torch.device
+    num_heads: int
+    fmt: str
+    sm_scale: float
+    kv_lens: np.ndarray
+    q_lens: np.ndarray
+
+    @property
+    def batch(self) -> int:
+        return int(self.kv_lens.shape[0])
+
+
+class BackendPlan(abc.ABC):
+    """One layout made ready to launch. ``config`` is the backend's kernel shape (for Triton a
+    ``KernelConfig``); ``schedule`` the ``mixmla.schedule.Schedule`` of its work items, or None
+    when the backend does not split that way."""
+
+    config: object
+    schedule: object
+
+    @abc.abstractmethod
+    def run(self, q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, out: torch.Tensor,
+            lse: torch.Tensor | None) -> None:
+        """Launch the kernels: no host synchronization, no allocation, so that the call can be
+        captured in a CUDA graph.
+
+        q (total_q, H, 576) bf16 (stride(-1) == 1); cache: the layout's format as a
+        ``mixmla.formats`` container; kv_indptr, qo_indptr (batch+1,) int32/int64 on the device
+        (their values may differ from the layout's lengths, within the API's contract); out
+        (total_q, H, 512) bf16 contiguous, written; lse (total_q, H) float32 natural log, written
+        when given. All arguments are checked by the API before the call.
+        """
+
+
+class Backend(abc.ABC):
+    """A way of running the decode kernels."""
+
+    name: str
+
+    @abc.abstractmethod
+    def unsupported(self, layout: Layout) -> str | None:
+        """Why this backend cannot run ``layout`` (a sentence for the user), or None."""
+
+    @abc.abstractmethod
+    def plan(self, layout: Layout, config=None) -> BackendPlan:
+        """Make ``layout`` ready to launch; ``config`` overrides the backend's kernel shape."""
+
+
+_LOADED: dict = {}
+
+
+def get_backend(name: str, layout: Layout) -> Backend:
+    """The backend ``name`` ('auto', 'triton' or 'gluon'; 'auto' is 'triton') for ``layout``.
+
+    Raises ValueError naming the argument when the name is unknown, the backend is not part of
+    this installation, or it cannot run the layout.
+    """
+    if not isinstance(name, str) or name not in BACKEND_CHOICES:
+        raise ValueError(f"backend must be one of {BACKEND_CHOICES}, got {name!r}")
+    chosen = "triton" if name == "auto" else name
+    backend = _LOADED.get(chosen)
+    if backend is None:
+        module_name = f"{__package__}.{chosen}.backend"
+        try:
+            backend = importlib.import_module(module_name).BACKEND
+        except (ImportError, AttributeError) as err:
+            raise ValueError(f"backend={name!r}: the {chosen} backend is not available in this installation "
+                             f"({module_name}: {err}); backend='triton' (what 'auto' picks) is") from err
+        if chosen == "triton":  # others are looked up each time (sys.modules answers), so one can be stood in
+            _LOADED[chosen] = backend
+    reason = backend.unsupported(layout)
+    if reason is not None:
+        raise ValueError(f"backend={name!r} cannot run this plan: {reason}")
+    return backend

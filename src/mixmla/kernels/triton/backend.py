@@ -1,0 +1,89 @@
+"""The Triton backend: plans with ``mixmla.schedule`` and the tuned shapes of ``configs``, keeps
+each plan's constants on the device, and launches the kernels of ``launch``."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from ... import interpreter
+from ...formats import VALUE_DIM
+from ...schedule import block_rows, device_sm_count, rows_per_request, schedule_of_splits, splits_per_request
+from ..backend import Backend, BackendPlan, Layout
+from . import launch
+from .configs import KernelConfig, default_config
+
+#: Whether the kernels were defined for Triton's interpreter (decided when Triton was imported).
+INTERPRETED = interpreter.active()
+
+
+@functools.lru_cache(maxsize=64)
+def _schedule_on_device(device: torch.device, nsplit: bytes, rows_max: int, block_r: int, row_blocks: int) -> tuple:
+    """``(Schedule, (work_req, work_split, work_nsplit, split_indptr) int32 on device)`` of the
+    chunk counts ``nsplit`` (int32 bytes), copied to the device in one transfer. Cached: a schedule
+    depends on its chunk counts only (which stay the same while the lengths grow a little), so a
+    new plan of the same counts makes no copy. The device tensors are only ever read."""
+    s = schedule_of_splits(np.frombuffer(nsplit, dtype=np.int32), rows_max, block_r, row_blocks)
+    arrays = (s.work_req, s.work_split, s.work_nsplit, s.split_indptr)
+    packed = torch.from_numpy(np.concatenate(arrays)).to(device)
+    work, start = [], 0
+    for a in arrays:
+        work.append(packed[start:start + a.shape[0]])
+        start += a.shape[0]
+    return s, tuple(work)
+
+
+class TritonPlan(BackendPlan):
+    """A layout's schedule, its work items and workspace on the device, and the kernel shape."""
+
+    def __init__(self, layout: Layout, config: KernelConfig | None):
+        rows_max = rows_per_request(layout.q_lens, layout.num_heads)
+        self.config = c = config or default_config(layout.fmt, rows_max)
+        block_r = block_rows(rows_max)
+        row_blocks = -(-rows_max // block_r)
+        nsplit = splits_per_request(layout.kv_lens, device_sm_count(layout.device) * c.items_per_sm / row_blocks,
+                                    max(c.min_chunk, c.block_t))
+        self.schedule, work = _schedule_on_device(layout.device, nsplit.tobytes(), rows_max, block_r, row_blocks)
+        s = self.schedule
+        if s.direct:
+            workspace = torch.empty(1, dtype=torch.float32, device=layout.device)
+            part_o = part_lse = workspace
+        else:
+            # One allocation for both partial buffers.
+            rows = s.num_work * s.rows_max
+            workspace = torch.empty(rows * (VALUE_DIM + 1), dtype=torch.float32, device=layout.device)
+            part_o = workspace[:rows * VALUE_DIM].view(s.num_work, s.rows_max, VALUE_DIM)
+            part_lse = workspace[rows * VALUE_DIM:].view(s.num_work, s.rows_max)
+        self.constants = launch.PlanConstants(s, work, (part_o, part_lse), layout.sm_scale, layout.num_heads, c,
+                                              INTERPRETED)
+        # Compiled launches on CUDA; the interpreter has nothing to compile.
+        self._compiled = launch.CompiledLaunches() if layout.device.type == "cuda" and not INTERPRETED else None
+
+    def run(self, q, cache, kv_indptr, qo_indptr, out, lse) -> None:
+        launches = launch.launches(self.constants, q, cache, kv_indptr, qo_indptr, out, lse)
+        if self._compiled is None:
+            for one in launches:
+                launch.run(one)
+        else:
+            self._compiled.launch(launches, launch.call_key(q, cache, kv_indptr, qo_indptr, out, lse))
+
+
+class TritonBackend(Backend):
+    name = "triton"
+
+    def unsupported(self, layout: Layout) -> str | None:
+        device = layout.device
+        if device.type == "cpu" and not INTERPRETED:
+            return ("on CPU tensors the Triton kernels run only in Triton's interpreter: set TRITON_INTERPRET=1 in "
+                    "the environment before triton is first imported (importing mixmla first does it without CUDA)")
+        if device.type not in ("cpu", "cuda"):
+            return f"unsupported device {device}; expected a CUDA device (or CPU with TRITON_INTERPRET=1)"
+        return None
+
+    def plan(self, layout: Layout, config: KernelConfig | None = None) -> TritonPlan:
+        return TritonPlan(layout, config)
+
+
+BACKEND = TritonBackend()

@@ -1,0 +1,177 @@
+"""The Triton kernels' argument lists and their launch.
+
+This is the only module that knows what the kernels take: ``launches`` turns a plan's constants and
+one call's tensors into the kernel launches of that call, each a :class:`Launch` holding every
+kernel parameter in order (constexprs included), which is what Triton's dispatcher and a compiled
+kernel's own launcher both take. ``compile`` compiles them for a target without a GPU.
+
+Launching through Triton's dispatcher (``kernel[grid](...)``) binds and specializes every argument
+in Python on every call, which costs more host time than the GPU work of a small decode step.
+:class:`CompiledLaunches` does that once per plan and call key (``call_key``: what the
+specialization depends on) and afterwards calls the compiled kernels' own launchers.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+from triton.compiler import CompiledKernel
+
+from ...formats import VALUE_DIM, Bf16Cache, Fp8Cache, KVCache, Mxfp4Cache
+from ...schedule import Schedule
+from .combine import mla_combine_kernel
+from .configs import KernelConfig
+from .decode import mla_decode_kernel
+from .pieces import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
+
+COMBINE_BLOCK_R = 16  #: rows per combine program
+COMBINE_BLOCK_D = 32  #: output columns per combine program: 16 programs per row block, many in flight
+COMBINE_MAX_BLOCK_S = 16  #: partials one combine load reads (registers: 16 x 16 x 32 floats per program)
+
+
+class Launch(NamedTuple):
+    """One kernel launch: ``kernel[grid](*args, **options)``. args: every parameter of the kernel
+    in order, constexprs included; options: Triton launch options (num_warps, num_stages)."""
+
+    kernel: object
+    grid: tuple
+    args: tuple
+    options: dict
+
+
+def cache_arguments(cache: KVCache) -> tuple:
+    """``(FORMAT, kv, kv_stride, scales, scale_stride)`` for the decode kernel: the stored rows and
+    their row stride, and the format's scales (fp8: the per-tensor float32 scale, read on the
+    device so that no host sync is needed; MXFP4: the E8M0 rows and their stride; bf16: none)."""
+    if isinstance(cache, Bf16Cache):
+        return FMT_BF16.value, cache.data, cache.data.stride(0), None, None
+    if isinstance(cache, Fp8Cache):
+        if cache.is_fnuz:
+            data = cache.data.view(torch.uint8)
+            return FMT_FP8_FNUZ.value, data, data.stride(0), cache.scale, None
+        data = cache.data.view(torch.float8_e4m3fn)
+        return FMT_FP8.value, data, data.stride(0), cache.scale, None
+    if isinstance(cache, Mxfp4Cache):
+        return FMT_MXFP4.value, cache.data, cache.data.stride(0), cache.scales, cache.scales.stride(0)
+    raise TypeError(f"unsupported cache type {type(cache).__name__}")
+
+
+class PlanConstants(NamedTuple):
+    """What a plan fixes for every call: the schedule and its device tensors, and the kernel shape.
+
+    work: (work_req, work_split, work_nsplit, split_indptr) int32 device tensors of ``schedule``;
+    workspace: (part_o (num_work, rows_max, 512) float32, part_lse (num_work, rows_max) float32)
+    device tensors (unused when the schedule is direct); sm_scale: softmax scale; num_heads: H.
+    """
+
+    schedule: Schedule
+    work: tuple
+    workspace: tuple
+    sm_scale: float
+    num_heads: int
+    config: KernelConfig
+    interpreted: bool
+
+
+def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor,
+             out: torch.Tensor, lse: torch.Tensor | None) -> list[Launch]:
+    """The launches of one call: decode, then combine unless the schedule is direct.
+
+    q (total_q, H, 576) bf16; cache a ``mixmla.formats`` container; kv_indptr, qo_indptr (batch+1,)
+    int32/int64 on q's device; out (total_q, H, 512) bf16, written; lse (total_q, H) float32
+    natural log, written when given.
+    """
+    s, config = plan.schedule, plan.config
+    fmt, kv, kv_stride, scales, scale_stride = cache_arguments(cache)
+    work_req, work_split, work_nsplit, split_indptr = plan.work
+    part_o, part_lse = plan.workspace
+    write_lse = lse is not None
+    lse_arg = lse if write_lse else out
+    lse_stride = lse.stride(0) if write_lse else 0
+    decode = Launch(mla_decode_kernel, (s.num_work, s.row_blocks), (
+        q, q.stride(0), q.stride(1),
+        kv, kv_stride, scales, scale_stride,
+        kv_indptr, qo_indptr,
+        work_req, work_split, work_nsplit,
+        out, out.stride(0), out.stride(1), lse_arg, lse_stride,
+        part_o, part_lse, s.rows_max,
+        plan.sm_scale,
+        plan.num_heads, s.block_r, config.block_t, fmt, s.direct, write_lse, plan.interpreted,
+    ), dict(num_warps=config.num_warps, num_stages=config.num_stages))
+    if s.direct:
+        return [decode]
+    batch = split_indptr.shape[0] - 1
+    combine = Launch(mla_combine_kernel, (batch, -(-s.rows_max // COMBINE_BLOCK_R), VALUE_DIM // COMBINE_BLOCK_D), (
+        part_o, part_lse, s.rows_max, split_indptr, qo_indptr,
+        out, out.stride(0), out.stride(1), lse_arg, lse_stride,
+        plan.num_heads, COMBINE_BLOCK_R, COMBINE_BLOCK_D,
+        min(COMBINE_MAX_BLOCK_S, 1 << max(0, s.max_splits - 1).bit_length()), write_lse,
+    ), dict(num_warps=4))
+    return [decode, combine]
+
+
+def run(launch: Launch):
+    """Launch through Triton's dispatcher, which compiles on first sight of a specialization.
+    Returns what the dispatcher returns (the CompiledKernel, when it compiled synchronously)."""
+    return launch.kernel[launch.grid](*launch.args, **launch.options)
+
+
+def _signature(t: torch.Tensor | None) -> tuple | None:
+    return None if t is None else (t.dtype, t.data_ptr() & 15, t.stride())
+
+
+def call_key(q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, out: torch.Tensor,
+             lse: torch.Tensor | None) -> tuple:
+    """What Triton's specialization of a call's kernels depends on, for a given plan: each call
+    tensor's dtype, 16-byte alignment and strides (every per-call argument of ``launches`` is one
+    of these tensors or an integer read from their strides; the rest is the plan's)."""
+    extra = cache.scale if isinstance(cache, Fp8Cache) else cache.scales if isinstance(cache, Mxfp4Cache) else None
+    return (_signature(q), _signature(cache.data), _signature(extra), _signature(kv_indptr), _signature(qo_indptr),
+            _signature(out), _signature(lse))
+
+
+def launch_compiled(kernel: CompiledKernel, grid: tuple, stream: int, args: tuple) -> None:
+    """Launch a kernel the dispatcher compiled (and loaded) through its own launcher: ``args``
+    holds every parameter in order, as for the dispatcher; no launch hooks."""
+    kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream, kernel.function,
+               kernel.packed_metadata, None, None, None, *args)
+
+
+def _has_hooks(hook) -> bool:
+    # Triton 3.6 keeps its launch hooks as a (normally empty) HookChain; older ones used None.
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+class CompiledLaunches:
+    """A plan's compiled kernels per call key and CUDA device, so that only the first call of each
+    key goes through the dispatcher.
+
+    The dispatcher also runs when a launch hook is set (a profiler's), so that the hook sees the
+    launch, and when it did not hand back a compiled kernel (asynchronous compilation).
+    current_device, current_stream: how to find where to launch (default: Triton's active driver,
+    which asks torch; the current device's current stream, as the dispatcher launches).
+    """
+
+    def __init__(self, current_device=None, current_stream=None):
+        self._kernels: dict[tuple, list] = {}
+        self._current_device = current_device
+        self._current_stream = current_stream
+
+    def launch(self, launches: list[Launch], key: tuple) -> None:
+        if self._current_device is None:
+            driver = triton.runtime.driver.active
+            self._current_device, self._current_stream = driver.get_current_device, driver.get_current_stream
+        runtime = triton.knobs.runtime
+        hooked = _has_hooks(runtime.launch_enter_hook) or _has_hooks(runtime.launch_exit_hook)
+        device = self._current_device()
+        kernels = None if hooked else self._kernels.get((device, key))
+        if kernels is None:
+            compiled = [run(one) for one in launches]
+            if not hooked and all(isinstance(k, CompiledKernel) for k in compiled):
+                self._kernels[(device, key)] = compiled
+            return
+        stream = self._current_stream(device)
+        for kernel, one in zip(kernels, launches):
+            launch_compiled(kernel, one.grid, stream, one.args)

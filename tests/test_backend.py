@@ -1,0 +1,124 @@
+"""The backend seam: ``backend=`` on ``plan``, ``mla_decode`` and ``custom_kernel`` picks the
+implementation behind ``mixmla.kernels.backend.Backend``; 'auto' is the Triton backend, an unknown
+or absent backend is a clear ValueError before anything is launched, and a backend registered as
+``mixmla.kernels.<name>.backend`` receives exactly what the interface documents."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from mixmla import api
+from mixmla.check import check_strict
+from mixmla.formats import Fp8Cache, quantize
+from mixmla.inputs import generate_input
+from mixmla.kernels.backend import Backend, BackendPlan, Layout
+from mixmla.reference import mla_decode_reference
+
+from conftest import DEVICE, indptr, poisoned_out
+
+GLUON_PRESENT = importlib.util.find_spec("mixmla.kernels.gluon") is not None and \
+    importlib.util.find_spec("mixmla.kernels.gluon.backend") is not None
+
+
+def _problem(fmt="fp8", kv_lens=(40, 0, 75), heads=16, seed=3):
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    q = torch.randn(len(kv_lens), heads, 576, generator=gen, device=DEVICE).to(torch.bfloat16)
+    cache = quantize(torch.randn(sum(kv_lens), 576, generator=gen, device=DEVICE), fmt)
+    return q, cache, indptr(kv_lens)
+
+
+def test_auto_is_the_triton_backend_and_gives_its_bits():
+    q, cache, kv_indptr = _problem()
+    auto = api.plan(kv_indptr, num_heads=16, fmt="fp8")
+    triton = api.plan(kv_indptr, num_heads=16, fmt="fp8", backend="triton")
+    assert auto.backend == triton.backend == "triton"
+    a = auto.run(q, cache, out=poisoned_out(3, 16))
+    b = triton.run(q, cache, out=poisoned_out(3, 16))
+    assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+    ref, _ = mla_decode_reference(q, cache, kv_indptr)
+    assert check_strict(a, ref).passed
+
+
+@pytest.mark.parametrize("name", ["cuda", "Triton", "", None])
+def test_unknown_backend_is_a_value_error(name):
+    q, cache, kv_indptr = _problem()
+    with pytest.raises(ValueError, match="backend must be one of"):
+        api.plan(kv_indptr, num_heads=16, fmt="fp8", backend=name)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        api.mla_decode(q, cache, kv_indptr, backend=name)
+
+
+@pytest.mark.skipif(GLUON_PRESENT, reason="this installation has the Gluon backend")
+def test_gluon_until_it_exists_is_a_clear_error():
+    q, cache, kv_indptr = _problem()
+    for call in (lambda: api.plan(kv_indptr, num_heads=16, fmt="fp8", backend="gluon"),
+                 lambda: api.mla_decode(q, cache, kv_indptr, backend="gluon"),
+                 lambda: api.custom_kernel(generate_input(2, 1, 16, seed=1, device=DEVICE), "fp8", backend="gluon")):
+        with pytest.raises(ValueError, match=r"backend='gluon'.*not available.*backend='triton'"):
+            call()
+
+
+class _RecordingPlan(BackendPlan):
+    def __init__(self, layout, config):
+        self.layout, self.config, self.schedule, self.calls = layout, config, None, []
+
+    def run(self, q, cache, kv_indptr, qo_indptr, out, lse):
+        self.calls.append((q, cache, kv_indptr, qo_indptr, out, lse))
+        out.fill_(1.0)
+        if lse is not None:
+            lse.fill_(2.0)
+
+
+class _RecordingBackend(Backend):
+    name = "gluon"
+
+    def __init__(self):
+        self.plans = []
+
+    def unsupported(self, layout):
+        return "needs fp8" if layout.fmt != "fp8" else None
+
+    def plan(self, layout, config=None):
+        self.plans.append(_RecordingPlan(layout, config))
+        return self.plans[-1]
+
+
+@pytest.fixture
+def recording_backend(monkeypatch):
+    backend = _RecordingBackend()
+    module = types.ModuleType("mixmla.kernels.gluon.backend")
+    module.BACKEND = backend
+    monkeypatch.setitem(sys.modules, "mixmla.kernels.gluon.backend", module)
+    return backend
+
+
+def test_a_registered_backend_gets_the_layout_and_the_documented_run_arguments(recording_backend):
+    q, cache, kv_indptr = _problem()
+    data, scale = cache.data, cache.scale
+    qo_indptr = indptr([1, 1, 1], torch.int64)
+    config = object()
+    p = api.plan(kv_indptr, qo_indptr, num_heads=16, fmt="fp8", sm_scale=0.5, backend="gluon", config=config)
+    (bp,) = recording_backend.plans
+    layout = bp.layout
+    assert isinstance(layout, Layout) and p.backend == "gluon" and p.config is config
+    assert (layout.num_heads, layout.fmt, layout.sm_scale, layout.batch) == (16, "fp8", 0.5, 3)
+    assert layout.kv_lens.tolist() == [40, 0, 75] and layout.q_lens.tolist() == [1, 1, 1]
+    assert layout.kv_lens.dtype == np.int64 and layout.device.type == DEVICE.type
+    out, lse = p.run(q, (data, scale), return_lse=True)
+    (rq, rcache, rkv, rqo, rout, rlse), = bp.calls
+    assert rq is q and isinstance(rcache, Fp8Cache) and rcache.data is data
+    assert rkv is kv_indptr and rqo.dtype == torch.int32 and rqo.tolist() == [0, 1, 2, 3]
+    assert rout is out is p.out and rlse is lse is p.lse
+    assert bool((out == 1.0).all()) and bool((lse == 2.0).all())
+
+
+def test_a_backend_that_cannot_run_the_layout_says_why(recording_backend):
+    _, _, kv_indptr = _problem()
+    with pytest.raises(ValueError, match="needs fp8"):
+        api.plan(kv_indptr, num_heads=16, fmt="bf16", backend="gluon")

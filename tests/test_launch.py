@@ -1,0 +1,155 @@
+"""Launching the Triton kernels through their compiled handles (``kernels.triton.launch``): the
+dispatcher runs once per call key, and the call key separates every pair of calls that Triton
+would specialize differently."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import CompiledKernel, make_backend
+from triton.runtime.jit import native_specialize_impl
+
+from mixmla import api
+from mixmla.check import check_strict
+from mixmla.formats import as_cache, quantize, quantize_fp8
+from mixmla.kernels.triton import launch
+from mixmla.reference import mla_decode_reference
+
+from conftest import DEVICE, indptr, poisoned_out
+
+_CUDA = make_backend(GPUTarget("cuda", 90, 32))
+
+
+def _specialization(launches):
+    """Per launch, what Triton's dispatcher would specialize on: each tensor's type and alignment,
+    and the value of every other argument (stricter than Triton, which keeps only some ints)."""
+    return [tuple(native_specialize_impl(_CUDA, a, False, True, True) if isinstance(a, torch.Tensor) else a
+                  for a in one.args) for one in launches]
+
+
+def _calls(fmt):
+    """Calls of one plan that differ in what a caller can change: fresh tensors of the same layout,
+    a misaligned or strided q, int64 indptrs, lse or not, the other fp8 encoding, strided cache rows."""
+    kv_lens, heads = [70, 0, 133], 16
+    gen = torch.Generator(device=DEVICE).manual_seed(5)
+    kv = torch.randn(sum(kv_lens), 576, generator=gen, device=DEVICE)
+    total_q = len(kv_lens)
+
+    def q_plain():
+        return torch.randn(total_q, heads, 576, generator=gen, device=DEVICE).to(torch.bfloat16)
+
+    def q_misaligned():
+        flat = torch.empty(total_q * heads * 576 + 1, dtype=torch.bfloat16, device=DEVICE)
+        return flat[1:].view(total_q, heads, 576)
+
+    def q_strided():
+        return torch.randn(total_q, heads, 600, generator=gen, device=DEVICE).to(torch.bfloat16)[..., :576]
+
+    caches = [quantize(kv, fmt), quantize(kv, fmt)]
+    if fmt == "fp8":
+        caches.append(quantize_fp8(kv, torch.float8_e4m3fnuz))
+    if fmt == "bf16":
+        caches.append(as_cache(torch.randn(sum(kv_lens), 2, 576, device=DEVICE).to(torch.bfloat16)[:, 1, :]))
+    calls = []
+    for make_q, cache, dtype, with_lse in itertools.product((q_plain, q_plain, q_misaligned, q_strided), caches,
+                                                            (torch.int32, torch.int64), (False, True)):
+        lse = torch.empty(total_q, heads, dtype=torch.float32, device=DEVICE) if with_lse else None
+        calls.append((make_q(), cache, indptr(kv_lens, dtype), indptr([1] * total_q, dtype),
+                      poisoned_out(total_q, heads), lse))
+    return kv_lens, heads, calls
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8", "mxfp4"])
+def test_equal_call_keys_mean_equal_specializations(fmt):
+    kv_lens, heads, calls = _calls(fmt)
+    p = api.plan(indptr(kv_lens), num_heads=heads, fmt=fmt)
+    assert not p.schedule.direct  # decode and combine
+    keyed = [(launch.call_key(*c), _specialization(launch.launches(p._plan.constants, *c))) for c in calls]
+    keys = {}
+    for key, spec in keyed:
+        keys.setdefault(key, []).append(spec)
+    assert len(keys) < len(keyed), "some calls differ only in their data and must share a key"
+    assert len(keys) > 1, "the calls must include ones Triton specializes differently"
+    for key, specs in keys.items():
+        assert all(s == specs[0] for s in specs), f"calls with key {key} specialize differently"
+
+
+class _FakeDispatcher:
+    """Stands in for a @jit kernel: ``kernel[grid](*args, **options)`` records the call and
+    returns a compiled kernel whose launcher records its launches."""
+
+    def __init__(self):
+        self.dispatched, self.launched = [], []
+
+    def __getitem__(self, grid):
+        def dispatch(*args, **options):
+            self.dispatched.append(args)
+            compiled = CompiledKernel.__new__(CompiledKernel)
+            compiled._run = lambda *a: self.launched.append(a)
+            compiled.module, compiled.function, compiled.packed_metadata = object(), "function", "metadata"
+            return compiled
+
+        return dispatch
+
+
+def test_compiled_launches_dispatch_once_per_key_and_device():
+    kernels = [_FakeDispatcher(), _FakeDispatcher()]
+    launches = [launch.Launch(k, (3, 2), ("a", 1), {"num_warps": 4}) for k in kernels]
+    device = [0]
+    compiled = launch.CompiledLaunches(current_device=lambda: device[0], current_stream=lambda d: 100 + d)
+    compiled.launch(launches, "key")
+    compiled.launch(launches, "key")
+    compiled.launch(launches, "key")
+    assert [len(k.dispatched) for k in kernels] == [1, 1]
+    assert [len(k.launched) for k in kernels] == [2, 2]
+    grid_x, grid_y, grid_z, stream, function, metadata, _, enter, leave, *args = kernels[0].launched[0]
+    assert (grid_x, grid_y, grid_z, stream, function, metadata, enter, leave, args) == \
+        (3, 2, 1, 100, "function", "metadata", None, None, ["a", 1])
+    compiled.launch(launches, "other key")
+    device[0] = 1
+    compiled.launch(launches, "key")
+    assert [len(k.dispatched) for k in kernels] == [3, 3]
+
+
+def test_a_launch_hook_sends_every_launch_through_the_dispatcher():
+    kernel = _FakeDispatcher()
+    launches = [launch.Launch(kernel, (1,), (), {})]
+    compiled = launch.CompiledLaunches(current_device=lambda: 0, current_stream=lambda d: 0)
+    hook = lambda metadata: None  # noqa: E731
+    triton.knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        for _ in range(3):
+            compiled.launch(launches, "key")
+    finally:
+        triton.knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(kernel.dispatched) == 3 and not kernel.launched
+    compiled.launch(launches, "key")
+    assert len(kernel.dispatched) == 4 and not kernel.launched  # the hooked launches were not kept
+    compiled.launch(launches, "key")
+    assert len(kernel.launched) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["bf16", "fp8", "mxfp4"])
+def test_compiled_launches_give_the_dispatchers_bits(fmt):
+    """On the GPU: every call of the _calls matrix through one plan (dispatcher for the first call
+    of each key, compiled launchers afterwards) passes the strict check, and a repeated call gives
+    the same bits as the first."""
+    kv_lens, heads, calls = _calls(fmt)
+    p = api.plan(indptr(kv_lens), num_heads=heads, fmt=fmt)
+    first = {}
+    for q, cache, kv_indptr, qo_indptr, out, lse in calls:
+        q.copy_(torch.randn(q.shape, device=DEVICE).to(torch.bfloat16))
+        got = p.run(q, cache, out=out, return_lse=lse is not None, kv_indptr=kv_indptr, qo_indptr=qo_indptr)
+        got = got[0] if isinstance(got, tuple) else got
+        ref, _ = mla_decode_reference(q, cache, kv_indptr, qo_indptr)
+        assert check_strict(got, ref).passed, check_strict(got, ref)
+        key = launch.call_key(q, as_cache(cache), kv_indptr, qo_indptr, out, lse)
+        again = p.run(q, cache, out=poisoned_out(q.shape[0], heads), kv_indptr=kv_indptr, qo_indptr=qo_indptr)
+        assert torch.equal(again.view(torch.int16), got.view(torch.int16))
+        first.setdefault(key, got)
+    assert len(first) > 1
