@@ -76,7 +76,9 @@ def run(asm: str, inputs: dict[int, np.ndarray], num_outputs: int) -> list[np.nd
             return np.full(shape, int(tok, 0) & 0xFFFFFFFF, dtype=np.uint64)
         raise KeyError(f"unknown operand {tok!r}")
 
-    body = asm.strip().strip("{}")
+    # Scope braces ("{" or "}" alone on a line) only limit where a .reg name is visible; executed in
+    # order they change nothing. Braces inside a statement ("mov.b32 {lo, hi}, $2") are vectors.
+    body = "\n".join(line for line in asm.splitlines() if line.strip() not in ("{", "}"))
     for stmt in body.split(";"):
         stmt = stmt.strip()
         if not stmt or stmt.startswith(".reg"):

@@ -122,3 +122,22 @@ def test_a_backend_that_cannot_run_the_layout_says_why(recording_backend):
     _, _, kv_indptr = _problem()
     with pytest.raises(ValueError, match="needs fp8"):
         api.plan(kv_indptr, num_heads=16, fmt="bf16", backend="gluon")
+
+
+def test_gluon_says_why_it_cannot_run_a_layout():
+    """backend='gluon' on a layout the Hopper kernel does not serve: a ValueError with the reason,
+    before anything runs; each rule of ``layout_unsupported`` separately."""
+    from mixmla.kernels.gluon.launch import MAX_BATCH, layout_unsupported
+    q, cache, kv_indptr = _problem()
+    if DEVICE.type == "cpu":
+        with pytest.raises(ValueError, match="backend='gluon' cannot run this plan: runs on CUDA devices only"):
+            api.plan(kv_indptr, num_heads=16, fmt="fp8", backend="gluon")
+    assert layout_unsupported(None, "fp8", 16, 16, 4) == "runs on CUDA devices only"
+    assert "sm_90" in layout_unsupported((8, 0), "fp8", 16, 16, 4)
+    assert "sm_100" in layout_unsupported((10, 0), "mxfp4", 16, 16, 4)
+    assert "bf16" in layout_unsupported((9, 0), "bf16", 16, 16, 4)
+    assert "32 heads" in layout_unsupported((9, 0), "fp8", 32, 32, 4)
+    assert "32 query rows" in layout_unsupported((9, 0), "fp8", 16, 32, 4)
+    assert str(MAX_BATCH) in layout_unsupported((9, 0), "mxfp4", 16, 16, MAX_BATCH + 1)
+    for fmt in ("fp8", "mxfp4"):
+        assert layout_unsupported((9, 0), fmt, 16, 16, MAX_BATCH) is None

@@ -76,3 +76,57 @@ def test_bitwise_deterministic(fmt):
     for _ in range(3):
         again = _run(decoder, q, cache, kv_indptr, qo_indptr)
         assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+
+
+# ------------------------------------------------------------------------------------------------
+# Through the public API.
+
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
+def test_mla_decode_backend_gluon_ragged(fmt):
+    _hopper()
+    import mixmla
+    q, kv, qo_indptr, kv_indptr, _ = generate_ragged(50, 1, 9000, seed=21, device="cuda")
+    cache = as_cache(kv[fmt])
+    out = torch.full((q.shape[0], 16, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out, lse = mixmla.mla_decode(q, cache, kv_indptr, qo_indptr, out=out, return_lse=True, backend="gluon")
+    _check(q, cache, kv_indptr, qo_indptr, out, lse)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
+def test_auto_plan_takes_the_hopper_kernel_for_large_batches_and_replays_in_a_graph(fmt):
+    _hopper()
+    import mixmla
+    q, kv, qo_indptr, kv_indptr, _ = generate_input(32, 1, 8192, seed=5, device="cuda")
+    cache = as_cache(kv[fmt])
+    p = mixmla.plan(kv_indptr, qo_indptr, num_heads=16, fmt=fmt)
+    assert p.backend == "gluon"
+    small = mixmla.plan(kv_indptr[:5], qo_indptr[:5], num_heads=16, fmt=fmt)
+    assert small.backend == "triton"
+    out = torch.full((q.shape[0], 16, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    p.run(q, cache, out=out)  # compile outside the capture
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        p.run(q, cache, out=out)
+    q.copy_(torch.randn(q.shape, device="cuda").to(torch.bfloat16))  # new contents, same addresses
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref, _ = mla_decode_reference(q, cache, kv_indptr, qo_indptr)
+    result = check_strict(out, ref)
+    assert result.passed, result.message
+
+
+def test_custom_kernel_auto_picks_mxfp4_on_the_hopper_kernel_for_large_batches():
+    _hopper()
+    import mixmla
+    from mixmla.api import AUTO_MXFP4_MIN_TOKENS, choose_format
+    data = generate_input(64, 1, 8192, seed=9, device="cuda")
+    assert 64 * 8192 >= AUTO_MXFP4_MIN_TOKENS and choose_format(data[1], data[0]) == "mxfp4"
+    small = generate_input(4, 1, 1024, seed=9, device="cuda")
+    assert choose_format(small[1], small[0]) == "bf16"
+    out = mixmla.custom_kernel(data)
+    q, kv, qo_indptr, kv_indptr, _ = data
+    ref, _ = mla_decode_reference(q, as_cache(kv["mxfp4"]), kv_indptr, qo_indptr)
+    result = check_strict(out, ref)
+    assert result.passed, result.message

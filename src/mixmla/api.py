@@ -103,9 +103,9 @@ class DecodePlan:
 
     def __repr__(self) -> str:
         s = self.schedule
+        work = f"work_items={s.num_work}, direct={s.direct}, " if s is not None else ""
         return (f"DecodePlan(fmt={self.fmt!r}, batch={self.batch}, H={self.num_heads}, total_q={self.total_q}, "
-                f"total_kv={self.total_kv}, backend={self.backend!r}, work_items={s.num_work}, direct={s.direct}, "
-                f"config={self.config})")
+                f"total_kv={self.total_kv}, backend={self.backend!r}, {work}config={self.config})")
 
 
 def plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor | None = None, num_heads: int = 16, fmt: str = "bf16",
@@ -117,8 +117,9 @@ def plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor | None = None, num_hea
     {16, 32, 64, 128}. fmt: 'bf16', 'fp8' or 'mxfp4', the cache format ``run`` will get.
     sm_scale: softmax scale (default 1/sqrt(576)). device: where to run (default: kv_indptr's).
     config: kernel shape override for the backend (Triton: a ``KernelConfig``; default: tuned per
-    format). backend: 'auto' (the Triton kernels), 'triton' or 'gluon' (the Hopper kernels, where
-    this installation has them; ValueError otherwise).
+    format). backend: 'auto' (the Hopper kernel where it is faster: fp8 and MXFP4 caches, 16 heads,
+    one query token, at least 262144 cached tokens, on an sm_90 GPU; the Triton kernels otherwise),
+    'triton' or 'gluon' (the Hopper kernel; ValueError for a layout it cannot run).
     """
     return DecodePlan(kv_indptr, qo_indptr, num_heads, fmt, sm_scale, device, config, backend)
 
@@ -149,22 +150,40 @@ def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch
 # ---------------------------------------------------------------------------------------------
 # The benchmark entry point.
 
-#: Format ``custom_kernel`` picks when asked for 'auto': the fastest present. On the H200 sweep of
-#: 2026-11-30 (docs/PERF.md) the bf16 kernel was the fastest on all 8 benchmark shapes; the
-#: compressed formats are still limited by decoding, not memory.
+#: Format ``custom_kernel`` picks when asked for 'auto' and the Hopper kernel cannot serve MXFP4 (or
+#: the batch is small): the first present. The bf16 Triton kernel reads at the memory ceiling.
 AUTO_FORMAT_ORDER = ("bf16", "fp8", "mxfp4")
+#: From this many cached tokens 'auto' picks MXFP4 where the Hopper kernel serves it: on the H200
+#: (2026-12-01, docs/PERF.md) MXFP4 through it beat bf16 through Triton at 64 x 8192 and 256 x 8192,
+#: tied at 32 x 8192 and lost at 256 x 1024 and below.
+AUTO_MXFP4_MIN_TOKENS = 524288
 _PLAN_CACHE: "collections.OrderedDict[tuple, DecodePlan]" = collections.OrderedDict()
 _PLAN_CACHE_SIZE = 32
 #: custom_kernel's CUDA graphs, keyed by the identity (address, layout) of every input tensor.
 _GRAPHS = GraphCache(capacity=16)
 
 
-def choose_format(kv_data: dict) -> str:
-    """The format ``custom_kernel(data, 'auto')`` uses among those present in ``kv_data``."""
+def choose_format(kv_data: dict, q: torch.Tensor | None = None) -> str:
+    """The format ``custom_kernel(data, 'auto')`` uses among those present in ``kv_data``: MXFP4
+    for large batches (``AUTO_MXFP4_MIN_TOKENS``) where the Hopper kernel serves it (q (total_q, H,
+    576) on an sm_90 GPU, 16 heads, one query token per request), else ``AUTO_FORMAT_ORDER``."""
+    if q is not None and "mxfp4" in kv_data and _hopper_serves_mxfp4(kv_data["mxfp4"], q):
+        return "mxfp4"
     for fmt in AUTO_FORMAT_ORDER:
         if fmt in kv_data:
             return fmt
     raise ValueError(f"kv_data holds none of {FORMATS}: keys {sorted(kv_data)}")
+
+
+def _hopper_serves_mxfp4(kv, q: torch.Tensor) -> bool:
+    try:
+        rows = kv[0].shape[0] if isinstance(kv, (tuple, list)) else kv.data.shape[0]
+    except (AttributeError, IndexError, TypeError):
+        return False
+    if rows < AUTO_MXFP4_MIN_TOKENS or not isinstance(q, torch.Tensor) or q.dim() != 3 or q.device.type != "cuda":
+        return False
+    from .kernels.gluon.launch import layout_unsupported
+    return layout_unsupported(torch.cuda.get_device_capability(q.device), "mxfp4", q.shape[1], q.shape[1], 1) is None
 
 
 def cached_plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, num_heads: int, fmt: str,
@@ -213,7 +232,7 @@ def custom_kernel(data, fmt: str = "auto", use_graphs: bool = True, backend: str
     use_graphs=False always launches eagerly. backend: as for ``plan``.
     """
     if fmt == "auto" and isinstance(data, (tuple, list)) and len(data) == 5 and isinstance(data[1], dict):
-        fmt = choose_format(data[1])
+        fmt = choose_format(data[1], data[0])
     key = _benchmark_signature(data, fmt, backend) if use_graphs else None
     if key is not None:
         out = _GRAPHS.replay(key)

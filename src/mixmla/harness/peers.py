@@ -101,7 +101,7 @@ class Mixmla(Impl):
             choose = getattr(api, "choose_format", None)
             if choose is None:
                 return Prepared(call, call, None, None)
-            fmt = choose(kv_data)
+            fmt = choose(kv_data, q)
             note = f"auto picks {fmt}"
         else:
             call = lambda: api.custom_kernel(data, fmt=fmt)  # noqa: E731

@@ -80,19 +80,15 @@ class Backend(abc.ABC):
     def plan(self, layout: Layout, config=None) -> BackendPlan:
         """Make ``layout`` ready to launch; ``config`` overrides the backend's kernel shape."""
 
+    def preferred(self, layout: Layout) -> bool:
+        """Whether backend='auto' should choose this backend over Triton for ``layout``."""
+        return False
+
 
 _LOADED: dict = {}
 
 
-def get_backend(name: str, layout: Layout) -> Backend:
-    """The backend ``name`` ('auto', 'triton' or 'gluon'; 'auto' is 'triton') for ``layout``.
-
-    Raises ValueError naming the argument when the name is unknown, the backend is not part of
-    this installation, or it cannot run the layout.
-    """
-    if not isinstance(name, str) or name not in BACKEND_CHOICES:
-        raise ValueError(f"backend must be one of {BACKEND_CHOICES}, got {name!r}")
-    chosen = "triton" if name == "auto" else name
+def _load(chosen: str, name: str) -> Backend:
     backend = _LOADED.get(chosen)
     if backend is None:
         module_name = f"{__package__}.{chosen}.backend"
@@ -100,9 +96,29 @@ def get_backend(name: str, layout: Layout) -> Backend:
             backend = importlib.import_module(module_name).BACKEND
         except (ImportError, AttributeError) as err:
             raise ValueError(f"backend={name!r}: the {chosen} backend is not available in this installation "
-                             f"({module_name}: {err}); backend='triton' (what 'auto' picks) is") from err
+                             f"({module_name}: {err}); backend='triton' serves every layout") from err
         if chosen == "triton":  # others are looked up each time (sys.modules answers), so one can be stood in
             _LOADED[chosen] = backend
+    return backend
+
+
+def get_backend(name: str, layout: Layout) -> Backend:
+    """The backend ``name`` ('auto', 'triton' or 'gluon') for ``layout``. 'auto' is the Gluon
+    (Hopper) backend where it says it is faster for the layout (``preferred``), else Triton.
+
+    Raises ValueError naming the argument when the name is unknown, the backend is not part of
+    this installation, or it cannot run the layout.
+    """
+    if not isinstance(name, str) or name not in BACKEND_CHOICES:
+        raise ValueError(f"backend must be one of {BACKEND_CHOICES}, got {name!r}")
+    if name == "auto":
+        try:
+            gluon = _load("gluon", name)
+        except ValueError:  # not in this installation: Triton serves everything
+            gluon = None
+        backend = gluon if gluon is not None and gluon.preferred(layout) else _load("triton", name)
+    else:
+        backend = _load(name, name)
     reason = backend.unsupported(layout)
     if reason is not None:
         raise ValueError(f"backend={name!r} cannot run this plan: {reason}")

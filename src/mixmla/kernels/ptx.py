@@ -1,9 +1,19 @@
 """NVIDIA inline PTX of the packed decoders, shared by the Triton and Gluon kernels.
 
-Plain strings for ``inline_asm_elementwise`` with ``pack=4`` (four elements per 32-bit register);
-each kernel wraps them as a constexpr of its language. They need a CUDA target: e4m3 conversions
-from sm_89, ``fma.rn.bf16x2`` from sm_80; callers check the target and fall back to portable code.
+Plain strings for ``inline_asm_elementwise``; each kernel wraps them as a constexpr of its
+language. The Triton kernel's decoders take ``pack=4`` (four elements per 32-bit register); the
+Hopper kernel's (``HOPPER_*``) take ``pack=2`` on 32-bit words, so that one output register holds
+two values of one byte (MXFP4) or two neighbouring bytes (fp8), the pairs the ``wgmma`` operand
+layout takes. They need a CUDA target: e4m3 conversions from sm_89, ``fma.rn.bf16x2`` from sm_80,
+``mul.rn.bf16x2`` from sm_90; callers check the target and fall back to portable code.
 """
+
+import re
+
+
+def with_operands(asm: str, mapping: dict[int, int]) -> str:
+    """``asm`` with operand ``$k`` renamed ``$mapping[k]`` (all at once, so renames may overlap)."""
+    return re.sub(r"\$(\d+)", lambda m: f"${mapping.get(int(m.group(1)), int(m.group(1)))}", asm)
 
 #: ``$0, $1`` <- the 4 e4m3fn bytes of ``$2`` as two f16x2. The hardware conversion is exact
 #: (every e4m3fn value, subnormals included, is an f16), so the result is the stored values.
@@ -60,3 +70,56 @@ and.b32 sel, $4, 0x77777777;""" + _MXFP4_HALF.replace("PAIR", "0x4140").replace(
 shr.b32 sel, sel, 16;""" + _MXFP4_HALF.replace("PAIR", "0x4342").replace("EVEN", "$1").replace("ODD", "$3") + """
 }
 """
+
+
+#: Two words ``$4 $5`` (8 e4m3fn bytes) -> four f16x2 registers ``$0 .. $3``, register k = bytes
+#: 2k, 2k+1 (``FP8_E4M3_TO_F16X2`` once per word). Constraints ``"=r,=r,=r,=r,r,r"``.
+HOPPER_FP8_TO_F16X2 = ("{" + with_operands(FP8_E4M3_TO_F16X2, {2: 4}) + with_operands(FP8_E4M3_TO_F16X2, {0: 2, 1: 3, 2: 5})
+                       + "}")
+
+# One code word $N (8 E2M1 codes) -> four bf16x2 registers, register k = the values of byte k
+# (low nibble, high nibble), times the block scale $M (bf16x2 bits of 2**(scale - 127), twice).
+# Magnitudes by table as in MXFP4_TO_BF16X2, but the two table prmts give the high and low bytes
+# of four values and two more interleave them into two registers; the four sign bits (bit 3 of
+# each nibble) become the top bits of the high bytes by one byte permute of (word << 4, word) and
+# one lop3. Exact as MXFP4_TO_BF16X2 (scale byte 0 gives zeros, the NaN byte 255 infinities or NaN).
+_HOPPER_MXFP4_WORD = """
+and.b32 sel, $N, 0x77777777;
+shl.b32 c4, $N, 4;
+prmt.b32 sg, c4, $N, 0x5140;
+prmt.b32 hi4, ht0, ht1, sel;
+lop3.b32 hi4, hi4, sg, 0x80808080, 0xF8;
+prmt.b32 lo4, lt0, lt1, sel;
+prmt.b32 $A, lo4, hi4, 0x5140;
+prmt.b32 $B, lo4, hi4, 0x7362;
+shr.b32 sel, sel, 16;
+prmt.b32 sg, c4, $N, 0x7362;
+prmt.b32 hi4, ht0, ht1, sel;
+lop3.b32 hi4, hi4, sg, 0x80808080, 0xF8;
+prmt.b32 lo4, lt0, lt1, sel;
+prmt.b32 $C, lo4, hi4, 0x5140;
+prmt.b32 $D, lo4, hi4, 0x7362;
+mul.rn.bf16x2 $A, $A, $M;
+mul.rn.bf16x2 $B, $B, $M;
+mul.rn.bf16x2 $C, $C, $M;
+mul.rn.bf16x2 $D, $D, $M;
+"""
+
+
+def _word(n, m, a, b, c, d):
+    return (_HOPPER_MXFP4_WORD.replace("$N", n).replace("$M", m).replace("$A", a).replace("$B", b)
+            .replace("$C", c).replace("$D", d))
+
+
+#: The magnitude tables of ``HOPPER_MXFP4_TO_BF16X2``: high and low bytes of the bf16 of E2M1
+#: magnitudes 0..7 (0, 0.5, 1, 1.5, 2, 3, 4, 6), four per word, as signed 32-bit values.
+HOPPER_MXFP4_TABLES = (0x3F3F3F00, 0x40404040, 0xC0800000 - (1 << 32), 0xC0804000 - (1 << 32))
+
+#: ``$0 .. $7``: one bf16x2 register per byte of the code words ``$8 $9`` (low nibble, high
+#: nibble), scaled by ``$10`` (``$11`` equal: both words are in one block); the tables come in as
+#: ``$12 $14 $16 $18`` (each given twice): written in the asm, ptxas keeps them in uniform registers
+#: and copies them out before every use. Constraints 8 x ``=r`` then 12 x ``r``.
+HOPPER_MXFP4_TO_BF16X2 = ("{\n.reg .b32 sel, hi4, lo4, c4, sg, ht0, ht1, lt0, lt1;\n"
+                          "mov.b32 ht0, $12;\nmov.b32 ht1, $14;\nmov.b32 lt0, $16;\nmov.b32 lt1, $18;"
+                          + _word("$8", "$10", "$0", "$1", "$2", "$3") + _word("$9", "$11", "$4", "$5", "$6", "$7")
+                          + "}")

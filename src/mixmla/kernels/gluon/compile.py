@@ -24,7 +24,7 @@ SIGNATURE = {
     "WRITE_LSE": "constexpr",
 }
 #: What the kernel may assume of an argument: pointers 16-byte aligned, the cache row stride (in
-#: 32-bit words) a multiple of 8. ``launch.unsupported_reason`` checks the cache; the other tensors
+#: 32-bit words) a multiple of 8. ``launch.cache_unsupported`` checks the cache; the other tensors
 #: are the library's own or contiguous (q, out: strides multiples of 512 elements).
 DIVISIBILITY = {"q_ptr": 16, "kv_ptr": 16, "out_ptr": 16, "part_o_ptr": 16, "part_lse_ptr": 16, "kv_stride": 8,
                 "stride_qt": 16, "stride_qh": 16, "stride_ot": 16, "stride_oh": 16}

@@ -10,17 +10,9 @@ from triton.experimental.gluon import language as gl
 
 from .layouts import TILE, chunk_word_layout
 
-# Two words $4 $5 (8 e4m3fn bytes) -> four f16x2 registers $0..$3, register k = bytes 2k, 2k+1.
-DECODE_ASM = gl.constexpr("""{
-.reg .b16 l0, h0, l1, h1;
-mov.b32 {l0, h0}, $4;
-mov.b32 {l1, h1}, $5;
-cvt.rn.f16x2.e4m3x2 $0, l0;
-cvt.rn.f16x2.e4m3x2 $1, h0;
-cvt.rn.f16x2.e4m3x2 $2, l1;
-cvt.rn.f16x2.e4m3x2 $3, h1;
-}""")
+from ..ptx import HOPPER_FP8_TO_F16X2
 
+DECODE_ASM = gl.constexpr(HOPPER_FP8_TO_F16X2)
 
 #: How ``decode_chunk`` relabels the joined outputs (TILE, 16 words, 2, 2) into stored column order:
 #: split the word axis into (pair, word in pair), then order (pair, b, a, byte in register).

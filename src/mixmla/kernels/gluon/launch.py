@@ -40,25 +40,36 @@ def shipped_specs() -> list[KernelSpec]:
     return specs
 
 
-def unsupported_reason(cache: KVCache, num_heads: int, rows_max: int, device: torch.device) -> str | None:
-    """Why the Hopper kernel cannot serve these calls, or None if it can. ``rows_max`` is the most
-    query rows (query tokens x heads) of any request."""
-    if device.type != "cuda":
-        return "not a CUDA device"
-    if torch.cuda.get_device_capability(device) != (9, 0):
-        return f"needs an sm_90 GPU (Hopper), got sm_{''.join(map(str, torch.cuda.get_device_capability(device)))}"
-    if rows_max > ROWS:
-        return f"covers at most {ROWS} query rows per request (heads x query tokens), got {rows_max}"
+def layout_unsupported(capability: tuple[int, int] | None, fmt: str, num_heads: int, rows_max: int,
+                       batch: int) -> str | None:
+    """Why the Hopper kernel cannot serve a layout, or None. capability: the CUDA device's compute
+    capability (None: not a CUDA device); rows_max: the most query rows (query tokens x heads) of
+    any request."""
+    if capability is None:
+        return "runs on CUDA devices only"
+    if tuple(capability) != (9, 0):
+        return f"needs an sm_90 GPU (Hopper), got sm_{capability[0]}{capability[1]}"
+    if fmt not in ("fp8", "mxfp4"):
+        return f"reads fp8 and MXFP4 caches, not {fmt} (the Triton kernel reads bf16 at the memory ceiling)"
+    if num_heads != 16 or rows_max > ROWS:
+        return f"covers 16 heads and one query token per request, got {num_heads} heads and {rows_max} query rows"
+    if batch > MAX_BATCH:
+        return f"takes at most {MAX_BATCH} requests per call, got {batch}"
+    return None
+
+
+def cache_unsupported(cache: KVCache) -> str | None:
+    """Why the Hopper kernel cannot read ``cache``, or None."""
     if isinstance(cache, Fp8Cache):
         if cache.is_fnuz:
-            return "fp8 e4m3fnuz caches are read by the portable kernel"
+            return "reads e4m3fn fp8 caches, not e4m3fnuz"
         data = cache.data
     elif isinstance(cache, Mxfp4Cache):
         data = cache.data
     else:
-        return f"{cache.format} caches are read by the portable kernel"
+        return f"reads fp8 and MXFP4 caches, not {cache.format}"
     if data.data_ptr() % 16 or (data.stride(0) * data.element_size()) % 32:
-        return "cache rows must start at a 16-byte aligned address with a row stride that is a multiple of 32 bytes"
+        return "needs cache rows at a 16-byte aligned address with a row stride that is a multiple of 32 bytes"
     return None
 
 
@@ -85,6 +96,10 @@ class HopperDecoder:
         # Zero once; every launch leaves it zero (the merging program resets its request's count).
         self.counters = torch.zeros(max(1, self.batch), dtype=torch.int32, device=device)
         self._dummy_scale = torch.ones(1, dtype=torch.float32, device=device)
+
+    def share_workspace(self, other: "HopperDecoder") -> None:
+        """Use ``other``'s workspace (two specializations of one plan never run at once)."""
+        self.part_o, self.part_lse, self.counters = other.part_o, other.part_lse, other.counters
 
     def launch(self, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor,
                out: torch.Tensor, lse: torch.Tensor | None, sm_scale: float) -> None:

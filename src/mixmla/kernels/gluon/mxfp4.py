@@ -10,54 +10,14 @@ what the wgmma operand and the 16-byte shared-memory stores of the value tile ta
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from ..ptx import HOPPER_MXFP4_TABLES, HOPPER_MXFP4_TO_BF16X2
 from .layouts import TILE, chunk_word_layout, mxfp4_scale_layout
 
-# One code word $N (8 E2M1 codes) -> four bf16x2 registers, register k = the values of byte k
-# (low nibble, high nibble), times the block scale $M (bf16x2 bits of 2**(scale - 127), twice).
-# Magnitudes by table: a code's 3 magnitude bits are a byte-permute selector, so one prmt looks up
-# the high bytes and one the low bytes of four bf16 values (E2M1 values are exact in bf16), and two
-# more interleave them into two registers. The four sign bits (bit 3 of each nibble) become the top
-# bits of the high bytes by one byte permute of (word << 4, word) and one lop3. Exact: E2M1 values
-# times a power of two (scale byte 0 gives zeros, the NaN byte 255 infinities or NaN).
-_WORD = """
-and.b32 sel, $N, 0x77777777;
-shl.b32 c4, $N, 4;
-prmt.b32 sg, c4, $N, 0x5140;
-prmt.b32 hi4, ht0, ht1, sel;
-lop3.b32 hi4, hi4, sg, 0x80808080, 0xF8;
-prmt.b32 lo4, lt0, lt1, sel;
-prmt.b32 $A, lo4, hi4, 0x5140;
-prmt.b32 $B, lo4, hi4, 0x7362;
-shr.b32 sel, sel, 16;
-prmt.b32 sg, c4, $N, 0x7362;
-prmt.b32 hi4, ht0, ht1, sel;
-lop3.b32 hi4, hi4, sg, 0x80808080, 0xF8;
-prmt.b32 lo4, lt0, lt1, sel;
-prmt.b32 $C, lo4, hi4, 0x5140;
-prmt.b32 $D, lo4, hi4, 0x7362;
-mul.rn.bf16x2 $A, $A, $M;
-mul.rn.bf16x2 $B, $B, $M;
-mul.rn.bf16x2 $C, $C, $M;
-mul.rn.bf16x2 $D, $D, $M;
-"""
-# Operands: $0..$7 outputs (one bf16x2 register of each of the 8 output tensors), $8 $9 the two code
-# words, $10 $11 their scale multipliers (the same value: both words are in one block), then the
-# four table words (``HI_TABLE_*``, ``LO_TABLE_*``), each given twice. The tables come in as registers: written in the
-# asm, ptxas keeps them in uniform registers and copies them out before every use.
-HI_TABLE_0 = gl.constexpr(0x3F3F3F00)
-HI_TABLE_1 = gl.constexpr(0x40404040)
-LO_TABLE_0 = gl.constexpr(0xC0800000 - (1 << 32))
-LO_TABLE_1 = gl.constexpr(0xC0804000 - (1 << 32))
-DECODE_ASM = gl.constexpr("""{
-.reg .b32 sel, hi4, lo4, c4, sg, ht0, ht1, lt0, lt1;
-mov.b32 ht0, $12;
-mov.b32 ht1, $14;
-mov.b32 lt0, $16;
-mov.b32 lt1, $18;
-""" + _WORD.replace("$N", "$8").replace("$M", "$10").replace("$A", "$0").replace("$B", "$1").replace(
-    "$C", "$2").replace("$D", "$3") + _WORD.replace("$N", "$9").replace("$M", "$11").replace("$A", "$4").replace(
-        "$B", "$5").replace("$C", "$6").replace("$D", "$7") + "}")
-
+DECODE_ASM = gl.constexpr(HOPPER_MXFP4_TO_BF16X2)
+HI_TABLE_0 = gl.constexpr(HOPPER_MXFP4_TABLES[0])
+HI_TABLE_1 = gl.constexpr(HOPPER_MXFP4_TABLES[1])
+LO_TABLE_0 = gl.constexpr(HOPPER_MXFP4_TABLES[2])
+LO_TABLE_1 = gl.constexpr(HOPPER_MXFP4_TABLES[3])
 
 #: How ``decode_chunk`` relabels the joined outputs (TILE, 8 words, 2, 2, 2) into stored column
 #: order: split the word axis into (lane, word in pair), then order (lane, b4, b2, a, nibble).

@@ -1,0 +1,73 @@
+"""The Gluon backend: the Hopper kernel of ``decode`` behind the interface of ``kernels.backend``.
+
+What it serves (``unsupported`` says why not, otherwise): an sm_90 GPU, fp8 (e4m3fn) and MXFP4
+caches, 16 query rows per request (16 heads, one query token), at most ``launch.MAX_BATCH``
+requests. 'auto' (``AUTO_MIN_TOKENS``) hands it the layouts where it measured faster than the
+Triton kernels on the H200; smaller batches go to Triton, whose per-call cost is lower there.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...formats import Fp8Cache, Mxfp4Cache
+from ..backend import Backend, BackendPlan, Layout
+from . import launch
+
+#: Layouts with at least this many cached tokens in all go to this backend under 'auto': on the
+#: H200 (2026-12-01, bench/studies/hopper_round2.py) it was faster than the Triton kernels for fp8
+#: and MXFP4 from 32 x 8192 and 256 x 1024 tokens up, and slower below (its fixed cost per call).
+AUTO_MIN_TOKENS = 262144
+#: A program gets at least this many cost units (64-token tiles plus each request's fixed cost)
+#: when the batch is small, so a request is not cut into more pieces than it has tiles.
+MIN_UNITS_PER_PROGRAM = 4
+
+
+def _rows(layout: Layout) -> int:
+    return int(layout.q_lens.max(initial=1)) * layout.num_heads
+
+
+class HopperPlan(BackendPlan):
+    """The Hopper kernel's workspace and compiled specializations for one layout."""
+
+    config = None
+    schedule = None
+
+    def __init__(self, layout: Layout):
+        units = int(((layout.kv_lens + 63) // 64).sum()) + launch.REQUEST_COST_TILES * layout.batch
+        sms = torch.cuda.get_device_properties(layout.device).multi_processor_count
+        programs = max(1, min(launch.PROGRAMS_PER_SM * sms, -(-units // MIN_UNITS_PER_PROGRAM)))
+        self.sm_scale = layout.sm_scale
+        self.decoders = {lse: launch.HopperDecoder(layout.batch, layout.num_heads, layout.fmt, layout.device,
+                                                   write_lse=lse, programs=programs) for lse in (False, True)}
+        self.decoders[True].share_workspace(self.decoders[False])
+
+    def run(self, q, cache, kv_indptr, qo_indptr, out, lse) -> None:
+        reason = launch.cache_unsupported(cache)
+        if reason is not None:
+            raise ValueError(f"cache: the Hopper kernel {reason}; plan with backend='triton'")
+        self.decoders[lse is not None].launch(q, cache, kv_indptr, qo_indptr, out, lse, self.sm_scale)
+
+
+def _capability(device: torch.device) -> tuple[int, int] | None:
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+
+
+class GluonBackend(Backend):
+    name = "gluon"
+
+    def unsupported(self, layout: Layout) -> str | None:
+        return launch.layout_unsupported(_capability(layout.device), layout.fmt, layout.num_heads, _rows(layout),
+                                         layout.batch)
+
+    def plan(self, layout: Layout, config=None) -> HopperPlan:
+        if config is not None:
+            raise ValueError("config: the Hopper kernel has no kernel-shape options; leave config=None")
+        return HopperPlan(layout)
+
+    def preferred(self, layout: Layout) -> bool:
+        """Whether 'auto' should pick this backend for ``layout`` (measured faster there)."""
+        return self.unsupported(layout) is None and int(layout.kv_lens.sum()) >= AUTO_MIN_TOKENS
+
+
+BACKEND = GluonBackend()
