@@ -18,6 +18,19 @@ def default_sm_scale(head_dim: int = HEAD_DIM) -> float:
     return 1.0 / math.sqrt(head_dim)
 
 
+def _key_reader(cache, dtype: torch.dtype):
+    """rows (slice) -> the cache's exact (rows, 576) values in ``dtype``, for any cache argument
+    ``mla_decode_reference`` takes."""
+    if isinstance(cache, torch.Tensor) and cache.dtype in (torch.float32, torch.float64):
+        if cache.shape[-1] != HEAD_DIM or cache.dim() not in (2, 3) or (cache.dim() == 3 and cache.shape[1] != 1):
+            raise ValueError(f"a float cache must have shape (N, {HEAD_DIM}) or (N, 1, {HEAD_DIM}), "
+                             f"got {tuple(cache.shape)}")
+        values = cache.reshape(cache.shape[0], HEAD_DIM)
+        return lambda rows: values[rows].to(dtype)
+    cache = as_cache(cache)
+    return lambda rows: dequantize(cache, dtype, rows)
+
+
 def mla_decode_reference(
     q: torch.Tensor,
     cache,
@@ -29,14 +42,16 @@ def mla_decode_reference(
     """Reference attention on the exactly dequantized cache.
 
     q: (total_q, H, 576), any float dtype. cache: any format (see ``mixmla.formats.as_cache``),
-    ``total_kv`` rows. kv_indptr: (batch+1,) integer prefix sums into the cache rows.
+    ``total_kv`` rows; or a float32/float64 tensor (total_kv, 576) or (total_kv, 1, 576) of values
+    taken as they are (an unquantized cache, or one decoded from a layout the kernels do not read).
+    kv_indptr: (batch+1,) integer prefix sums into the cache rows.
     qo_indptr: (batch+1,) prefix sums into q's rows; None means one query token per request.
     With ``Lq = qo_indptr[b+1]-qo_indptr[b] > 1`` the query tokens are the last ``Lq`` positions:
     query ``i`` sees cache rows ``0 .. Lk-Lq+i`` of its request.
     Returns ``out`` (total_q, H, 512) and ``lse`` (total_q, H), natural-log log-sum-exp of the
     scaled scores, both in ``compute_dtype``; a query that sees no row gets zeros and ``-inf``.
     """
-    cache = as_cache(cache)
+    keys_of = _key_reader(cache, compute_dtype)
     total_q, num_heads, width = q.shape
     if width != HEAD_DIM:
         raise ValueError(f"q must have shape (total_q, H, {HEAD_DIM}), got {tuple(q.shape)}")
@@ -56,7 +71,7 @@ def mla_decode_reference(
         lq, lk = q1 - q0, k1 - k0
         if lq == 0 or lk == 0:
             continue
-        keys = dequantize(cache, compute_dtype, slice(k0, k1)).to(q.device)  # (Lk, 576)
+        keys = keys_of(slice(k0, k1)).to(q.device)  # (Lk, 576)
         queries = q[q0:q1].to(compute_dtype)  # (Lq, H, 576)
         scores = torch.einsum("qhd,kd->qhk", queries, keys) * scale
         # Query i (0-based) of the window sees rows 0 .. lk - lq + i.
