@@ -7,6 +7,7 @@ with plain matrix products. On a GPU this handles 256 requests of 8192 tokens in
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -18,15 +19,31 @@ def default_sm_scale(head_dim: int = HEAD_DIM) -> float:
     return 1.0 / math.sqrt(head_dim)
 
 
+@dataclass(frozen=True)
+class ExactCache:
+    """Cache values the reference takes as they are: ``values`` (N, 576) or (N, 1, 576), float32
+    or float64. For an unquantized cache, or one decoded from a layout that no cache container
+    describes (accuracy studies). Explicit, so that a float tensor passed by mistake where a bf16
+    cache was meant still fails."""
+
+    values: torch.Tensor
+
+    def __post_init__(self):
+        v = self.values
+        if not isinstance(v, torch.Tensor) or v.dtype not in (torch.float32, torch.float64):
+            raise TypeError("ExactCache values must be a float32 or float64 tensor, got "
+                            f"{getattr(v, 'dtype', type(v).__name__)}")
+        if v.shape[-1] != HEAD_DIM or v.dim() not in (2, 3) or (v.dim() == 3 and v.shape[1] != 1):
+            raise ValueError(f"ExactCache values must have shape (N, {HEAD_DIM}) or (N, 1, {HEAD_DIM}), "
+                             f"got {tuple(v.shape)}")
+        object.__setattr__(self, "values", v.reshape(v.shape[0], HEAD_DIM))
+
+
 def _key_reader(cache, dtype: torch.dtype):
     """rows (slice) -> the cache's exact (rows, 576) values in ``dtype``, for any cache argument
     ``mla_decode_reference`` takes."""
-    if isinstance(cache, torch.Tensor) and cache.dtype in (torch.float32, torch.float64):
-        if cache.shape[-1] != HEAD_DIM or cache.dim() not in (2, 3) or (cache.dim() == 3 and cache.shape[1] != 1):
-            raise ValueError(f"a float cache must have shape (N, {HEAD_DIM}) or (N, 1, {HEAD_DIM}), "
-                             f"got {tuple(cache.shape)}")
-        values = cache.reshape(cache.shape[0], HEAD_DIM)
-        return lambda rows: values[rows].to(dtype)
+    if isinstance(cache, ExactCache):
+        return lambda rows: cache.values[rows].to(dtype)
     cache = as_cache(cache)
     return lambda rows: dequantize(cache, dtype, rows)
 
@@ -42,8 +59,7 @@ def mla_decode_reference(
     """Reference attention on the exactly dequantized cache.
 
     q: (total_q, H, 576), any float dtype. cache: any format (see ``mixmla.formats.as_cache``),
-    ``total_kv`` rows; or a float32/float64 tensor (total_kv, 576) or (total_kv, 1, 576) of values
-    taken as they are (an unquantized cache, or one decoded from a layout the kernels do not read).
+    ``total_kv`` rows; or an :class:`ExactCache` of float values taken as they are.
     kv_indptr: (batch+1,) integer prefix sums into the cache rows.
     qo_indptr: (batch+1,) prefix sums into q's rows; None means one query token per request.
     With ``Lq = qo_indptr[b+1]-qo_indptr[b] > 1`` the query tokens are the last ``Lq`` positions:

@@ -17,6 +17,22 @@ from .layouts import LAYOUTS
 DEFAULT_OUT = "bench/out/accuracy"
 
 
+def _layout_names(text: str) -> list[str]:
+    """argparse type of --layouts: comma-separated names of LAYOUTS, at least one."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in LAYOUTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown layouts {unknown}; choose from {', '.join(LAYOUTS)}")
+    return names
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import study
 
@@ -39,9 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true",
                         help="one small problem per cache kind (seconds; for tests and a first look)")
     parser.add_argument("--seed", type=int, default=study.DEFAULT_SEED, help="base seed (default %(default)s)")
-    parser.add_argument("--repeats", type=int, default=None,
+    parser.add_argument("--repeats", type=_positive, default=None,
                         help=f"seeds per problem (default {study.DEFAULT_REPEATS}, --quick {study.QUICK_REPEATS})")
-    parser.add_argument("--layouts", default=",".join(LAYOUTS),
+    parser.add_argument("--layouts", type=_layout_names, default=list(LAYOUTS),
                         help="comma-separated subset of the layouts (default: all)")
     parser.add_argument("--device", default="cpu", help="torch device for the reference (default cpu)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="output folder (default %(default)s)")
@@ -50,18 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``mixmla accuracy``; argv: its arguments. Returns the exit status (0 on success, 2 on bad
-    arguments)."""
+    """``mixmla accuracy``; argv: its arguments. Returns the exit status (0 on success; bad arguments
+    exit with status 2, as argparse does)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    layouts = [n.strip() for n in args.layouts.split(",") if n.strip()]
-    unknown = [n for n in layouts if n not in LAYOUTS]
-    if unknown or not layouts:
-        print(f"mixmla accuracy: unknown layouts {unknown}; choose from {', '.join(LAYOUTS)}", file=sys.stderr)
-        return 2
-    if args.repeats is not None and args.repeats < 1:
-        print("mixmla accuracy: --repeats must be at least 1", file=sys.stderr)
-        return 2
+    args = build_parser().parse_args(argv)  # bad arguments: a usage message and exit status 2
+    layouts = args.layouts
 
     import torch
 

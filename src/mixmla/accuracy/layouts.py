@@ -60,7 +60,8 @@ class RopeBf16Cache:
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
     """(N, 576) view of a (N, 576) or (N, 1, 576) float cache."""
-    if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point or x.shape[-1] != HEAD_DIM or x.dim() not in (2, 3):
+    if (not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point or x.shape[-1] != HEAD_DIM
+            or x.dim() not in (2, 3)):
         raise ValueError(f"x must be a float tensor of shape (N, {HEAD_DIM}) or (N, 1, {HEAD_DIM}), "
                          f"got {getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
     return x.reshape(x.shape[0], HEAD_DIM)

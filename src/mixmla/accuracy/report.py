@@ -49,8 +49,9 @@ def _is_worst_case(metric: str) -> bool:
 def aggregate(doc: dict) -> list[dict]:
     """The document's runs grouped by case label (repeats with other seeds), in run order.
 
-    Returns ``[{"label", "cache", "kv_len", "batch", "num_heads", "seeds": [...], "mse_changed":
-    mean fraction of MXFP4 blocks the squared-error rule changed (or None), "layouts": {name:
+    Returns ``[{"label", "cache", "kv_len", "batch", "num_heads", "seeds": [...], "mse_changed" and
+    "mse_lowered": mean fractions of MXFP4 blocks whose exponent the squared-error rule changed /
+    lowered (None without both MXFP4 layouts), "layouts": {name:
     {flat metric: value}}}]``: relative-L2, RMS and gain metrics are the mean over repeats, max
     metrics the maximum.
     """
@@ -173,7 +174,7 @@ def mse_rows(doc: dict) -> tuple[list[str], list[list[str]]] | None:
             return f"{100 * (b[m] - a[m]) / a[m]:+.2f}%"
 
         rows.append([f"{c['cache']} {c['batch']}x{c['kv_len']}, h{c['num_heads']}",
-                     pct(c["mse_changed"]) + (f" (lowered {pct(c['mse_lowered'])})" if c["mse_lowered"] is not None else ""),
+                     f"{pct(c['mse_changed'])} (lowered {pct(c['mse_lowered'])})",
                      f"{pct(a['cache_rel_l2'])} -> {pct(b['cache_rel_l2'])}", change("cache_rel_l2"),
                      f"{a['cache_gain']:.5f} -> {b['cache_gain']:.5f}",
                      f"{pct(a['vs_bf16.out_rel_l2'])} -> {pct(b['vs_bf16.out_rel_l2'])}", change("vs_bf16.out_rel_l2")])
@@ -232,6 +233,17 @@ def print_tables(doc: dict, plain: bool = False) -> None:
         console.print(table)
 
 
+def _log_x(ax, ticks: list[int], label: str) -> None:
+    """A log x axis labelled at exactly ``ticks``, in plain numbers."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xscale("log")
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(label)
+
+
 def write_chart(doc: dict, path: str) -> str | None:
     """PNG with two panels: each layout's output error against the bf16-cache result over its
     bytes per token (median over cases, bars from the best to the worst case), per cache kind;
@@ -241,7 +253,7 @@ def write_chart(doc: dict, path: str) -> str | None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter, NullFormatter
+        from matplotlib.ticker import FuncFormatter
     except ImportError:
         return None
     names = [n for n in doc["layouts"] if n != "bf16"]  # bf16 is the reference: its error is 0
@@ -267,21 +279,11 @@ def write_chart(doc: dict, path: str) -> str | None:
             lens = sorted(by_len)
             ax2.plot(lens, [100 * statistics.fmean(by_len[n]) for n in lens], marker=markers[kind], color=cmap(j % 10),
                      linestyle="-" if kind == "gaussian" else "--", label=f"{name}, {kind}")
-    ticks = sorted(set(sizes.values()))
-    ax1.set_xscale("log")
-    ax1.set_xticks(ticks)
-    ax1.set_xticklabels([str(t) for t in ticks])
-    ax1.xaxis.set_minor_formatter(NullFormatter())
-    ax1.set_xlabel("bytes per cached token (log)")
+    _log_x(ax1, sorted(set(sizes.values())), "bytes per cached token (log)")
     ax1.set_title("Error against size: median over cases, bars from best to worst case\n"
                   "circles: Gaussian cache, triangles: outlier-heavy cache")
     ax1.legend(fontsize=8, title="layout", title_fontsize=8)
-    lens = sorted({c["kv_len"] for c in cases})
-    ax2.set_xscale("log")
-    ax2.set_xticks(lens)
-    ax2.set_xticklabels([str(n) for n in lens])
-    ax2.xaxis.set_minor_formatter(NullFormatter())
-    ax2.set_xlabel("cached tokens per request (log)")
+    _log_x(ax2, sorted({c["kv_len"] for c in cases}), "cached tokens per request (log)")
     ax2.set_title("Error against context length (mean over head counts and seeds)\n"
                   "solid: Gaussian cache, dashed: outlier-heavy cache")
     ax2.legend(fontsize=7, ncol=2)

@@ -21,7 +21,7 @@ import torch
 
 from ..formats import HEAD_DIM, MX_SCALES_PER_ROW, VALUE_DIM
 from ..inputs import realistic_cache
-from ..reference import mla_decode_reference
+from ..reference import ExactCache, mla_decode_reference
 from .layouts import LAYOUTS, bytes_per_token, decode
 
 CACHE_KINDS = ("gaussian", "outliers")
@@ -146,12 +146,12 @@ def run_case(case: Case, layouts: list[str], device: torch.device) -> dict:
     x, q, kv_indptr = case_inputs(case)
     x_bf16 = x.to(torch.bfloat16)
     q, kv_indptr = q.to(device), kv_indptr.to(device)
-    exact_out, exact_lse = mla_decode_reference(q, x.to(device), kv_indptr)
+    exact_out, exact_lse = mla_decode_reference(q, ExactCache(x.to(device)), kv_indptr)
     results, stored_by_name, bf16_ref = {}, {}, None
     for name in ["bf16"] + [n for n in layouts if n != "bf16"]:
         stored = LAYOUTS[name].encode(x_bf16.to(device))
         decoded = decode(stored)
-        out, lse = mla_decode_reference(q, decoded, kv_indptr)
+        out, lse = mla_decode_reference(q, ExactCache(decoded), kv_indptr)
         if name == "bf16":
             bf16_ref = (out, lse)
         if name not in layouts:

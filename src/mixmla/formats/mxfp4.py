@@ -139,7 +139,8 @@ def quantize_mxfp4(x: torch.Tensor, pad_scales: bool = True, scale_rule: str = "
     if x.shape[-1] != HEAD_DIM or x.dim() not in (2, 3) or (x.dim() == 3 and x.shape[1] != 1):
         raise ValueError(f"x must have shape (N, {HEAD_DIM}) or (N, 1, {HEAD_DIM}), got {tuple(x.shape)}")
     n = x.shape[0]
-    codes, exponent = quantize_mxfp4_blocks(x.reshape(n, MX_SCALES_PER_ROW, MX_BLOCK), scale_rule)  # (N, 18, 32), (N, 18)
+    # codes (N, 18, 32), exponent (N, 18)
+    codes, exponent = quantize_mxfp4_blocks(x.reshape(n, MX_SCALES_PER_ROW, MX_BLOCK), scale_rule)
     packed = pack_e2m1(codes.reshape(n, HEAD_DIM)).reshape(n, 1, HEAD_DIM // 2)
     scale_bytes = (exponent + 127).to(torch.uint8)
     if pad_scales:
