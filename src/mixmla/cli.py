@@ -21,6 +21,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "time the implementation and its peers on the benchmark shapes (needs a CUDA GPU)"),
     "eval": ("mixmla.harness.evaluate:main",
              "run the original harness's modes: test, benchmark, leaderboard"),
+    "accuracy": ("mixmla.accuracy.command:main",
+                 "what each cache format costs in accuracy: the float64 reference on every decoded "
+                 "layout, Gaussian and outlier-heavy caches (a CPU is enough)"),
 }
 
 DESCRIPTION = """\
@@ -34,6 +37,7 @@ examples:
   mixmla test shapes.txt           shapes from a spec file, one per line, e.g.
                                    'batchsize: 4; qseqlen: 1; kvseqlen: 1024; seed: 4220'
   mixmla bench                     the benchmark table (CUDA GPU)
+  mixmla accuracy                  each cache format's error (docs/ACCURACY.md; CPU, minutes)
 
 Without a CUDA GPU the Triton kernels run in the Triton interpreter (importing mixmla sets
 TRITON_INTERPRET=1 unless the environment sets it), which is slow, so only small shapes are run

@@ -7,7 +7,7 @@ Generators (all return that tuple):
 - :func:`generate_input`: the benchmark's uniform batch, standard-normal q and cache.
 - :func:`generate_ragged`: random per-request lengths, including 0 and 1 (CUDA-graph padding).
 - :func:`generate_realistic`: a non-Gaussian cache (outlier channels, larger rope dims) for
-  accuracy studies of the quantized formats.
+  accuracy studies of the quantized formats (:func:`realistic_cache`: the same cache unrounded).
 
 Shapes are written as spec lines, ``batchsize: 4; qseqlen: 1; kvseqlen: 1024; seed: 4220``
 (:func:`parse_spec_line`, :func:`parse_spec_file`); :data:`BENCHMARK_SHAPES` and
@@ -170,6 +170,38 @@ def generate_ragged(
     return q, pack_kv_data(kv), _lengths(q_lens, device), _lengths(kv_lens, device), config
 
 
+def realistic_cache(
+    num_tokens: int,
+    seed: int,
+    device=None,
+    num_outlier_channels: int = 6,
+    outlier_gain: tuple[float, float] = (10.0, 50.0),
+    rope_gain: float = 4.0,
+) -> tuple[torch.Tensor, list[int]]:
+    """The unrounded cache of :func:`generate_realistic`: (num_tokens, 1, 576) float32.
+
+    Before any bf16 rounding, so accuracy studies can compare every format (bf16 included) with
+    the exact values. The statistics are described in :func:`generate_realistic`, which rounds
+    exactly this tensor to bf16. Returns ``(cache, outlier_channels)``, the outlier latent channel
+    indices sorted. Deterministic in ``seed`` for a given device.
+    """
+    if not 0 <= num_outlier_channels <= VALUE_DIM:
+        raise ValueError(f"num_outlier_channels must be in [0, {VALUE_DIM}], got {num_outlier_channels}")
+    device = _default_device(device)
+    cpu_gen = torch.Generator().manual_seed(seed)
+    channel_gain = torch.exp(0.3 * torch.randn(HEAD_DIM, generator=cpu_gen, dtype=torch.float64))
+    outliers = torch.randperm(VALUE_DIM, generator=cpu_gen)[:num_outlier_channels]
+    lo, hi = outlier_gain
+    channel_gain[outliers] = lo + (hi - lo) * torch.rand(num_outlier_channels, generator=cpu_gen, dtype=torch.float64)
+    channel_gain[VALUE_DIM:] = rope_gain
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed + 1)  # independent of the q that generate_input draws from ``seed``
+    token_gain = torch.exp(0.25 * torch.randn(num_tokens, 1, 1, generator=gen, device=device))
+    kv = torch.randn(num_tokens, 1, HEAD_DIM, generator=gen, device=device)
+    kv = kv * token_gain * channel_gain.to(device=device, dtype=torch.float32)
+    return kv, sorted(int(c) for c in outliers)
+
+
 def generate_realistic(
     batchsize: int,
     qseqlen: int,
@@ -196,26 +228,12 @@ def generate_realistic(
 
     Shapes, dtypes and the returned tuple are as in :func:`generate_input` (q stays standard
     normal bf16). ``config["outlier_channels"]`` lists the outlier channel indices. Deterministic
-    in ``seed`` for a given device.
+    in ``seed`` for a given device. The cache before bf16 rounding is :func:`realistic_cache`.
     """
-    if not 0 <= num_outlier_channels <= VALUE_DIM:
-        raise ValueError(f"num_outlier_channels must be in [0, {VALUE_DIM}], got {num_outlier_channels}")
     q, _, qo_indptr, kv_indptr, config = generate_input(batchsize, qseqlen, kvseqlen, seed, num_heads, device)
-    device = q.device
-    cpu_gen = torch.Generator().manual_seed(seed)
-    channel_gain = torch.exp(0.3 * torch.randn(HEAD_DIM, generator=cpu_gen, dtype=torch.float64))
-    outliers = torch.randperm(VALUE_DIM, generator=cpu_gen)[:num_outlier_channels]
-    lo, hi = outlier_gain
-    channel_gain[outliers] = lo + (hi - lo) * torch.rand(num_outlier_channels, generator=cpu_gen, dtype=torch.float64)
-    channel_gain[VALUE_DIM:] = rope_gain
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed + 1)  # independent of the q drawn by generate_input from ``seed``
-    total_kv = batchsize * kvseqlen
-    token_gain = torch.exp(0.25 * torch.randn(total_kv, 1, 1, generator=gen, device=device))
-    kv = torch.randn(total_kv, 1, HEAD_DIM, generator=gen, device=device)
-    kv = (kv * token_gain * channel_gain.to(device=device, dtype=torch.float32)).to(torch.bfloat16)
-    config["outlier_channels"] = sorted(int(c) for c in outliers)
-    return q, pack_kv_data(kv), qo_indptr, kv_indptr, config
+    kv, outliers = realistic_cache(batchsize * kvseqlen, seed, q.device, num_outlier_channels, outlier_gain, rope_gain)
+    config["outlier_channels"] = outliers
+    return q, pack_kv_data(kv.to(torch.bfloat16)), qo_indptr, kv_indptr, config
 
 
 # ---------------------------------------------------------------------------------------------

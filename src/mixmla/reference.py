@@ -7,6 +7,7 @@ with plain matrix products. On a GPU this handles 256 requests of 8192 tokens in
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -16,6 +17,35 @@ from .formats import HEAD_DIM, VALUE_DIM, as_cache, dequantize
 def default_sm_scale(head_dim: int = HEAD_DIM) -> float:
     """The softmax scale used when the caller gives none: 1/sqrt(576)."""
     return 1.0 / math.sqrt(head_dim)
+
+
+@dataclass(frozen=True)
+class ExactCache:
+    """Cache values the reference takes as they are: ``values`` (N, 576) or (N, 1, 576), float32
+    or float64. For an unquantized cache, or one decoded from a layout that no cache container
+    describes (accuracy studies). Explicit, so that a float tensor passed by mistake where a bf16
+    cache was meant still fails."""
+
+    values: torch.Tensor
+
+    def __post_init__(self):
+        v = self.values
+        if not isinstance(v, torch.Tensor) or v.dtype not in (torch.float32, torch.float64):
+            raise TypeError("ExactCache values must be a float32 or float64 tensor, got "
+                            f"{getattr(v, 'dtype', type(v).__name__)}")
+        if v.shape[-1] != HEAD_DIM or v.dim() not in (2, 3) or (v.dim() == 3 and v.shape[1] != 1):
+            raise ValueError(f"ExactCache values must have shape (N, {HEAD_DIM}) or (N, 1, {HEAD_DIM}), "
+                             f"got {tuple(v.shape)}")
+        object.__setattr__(self, "values", v.reshape(v.shape[0], HEAD_DIM))
+
+
+def _key_reader(cache, dtype: torch.dtype):
+    """rows (slice) -> the cache's exact (rows, 576) values in ``dtype``, for any cache argument
+    ``mla_decode_reference`` takes."""
+    if isinstance(cache, ExactCache):
+        return lambda rows: cache.values[rows].to(dtype)
+    cache = as_cache(cache)
+    return lambda rows: dequantize(cache, dtype, rows)
 
 
 def mla_decode_reference(
@@ -29,14 +59,15 @@ def mla_decode_reference(
     """Reference attention on the exactly dequantized cache.
 
     q: (total_q, H, 576), any float dtype. cache: any format (see ``mixmla.formats.as_cache``),
-    ``total_kv`` rows. kv_indptr: (batch+1,) integer prefix sums into the cache rows.
+    ``total_kv`` rows; or an :class:`ExactCache` of float values taken as they are.
+    kv_indptr: (batch+1,) integer prefix sums into the cache rows.
     qo_indptr: (batch+1,) prefix sums into q's rows; None means one query token per request.
     With ``Lq = qo_indptr[b+1]-qo_indptr[b] > 1`` the query tokens are the last ``Lq`` positions:
     query ``i`` sees cache rows ``0 .. Lk-Lq+i`` of its request.
     Returns ``out`` (total_q, H, 512) and ``lse`` (total_q, H), natural-log log-sum-exp of the
     scaled scores, both in ``compute_dtype``; a query that sees no row gets zeros and ``-inf``.
     """
-    cache = as_cache(cache)
+    keys_of = _key_reader(cache, compute_dtype)
     total_q, num_heads, width = q.shape
     if width != HEAD_DIM:
         raise ValueError(f"q must have shape (total_q, H, {HEAD_DIM}), got {tuple(q.shape)}")
@@ -56,7 +87,7 @@ def mla_decode_reference(
         lq, lk = q1 - q0, k1 - k0
         if lq == 0 or lk == 0:
             continue
-        keys = dequantize(cache, compute_dtype, slice(k0, k1)).to(q.device)  # (Lk, 576)
+        keys = keys_of(slice(k0, k1)).to(q.device)  # (Lk, 576)
         queries = q[q0:q1].to(compute_dtype)  # (Lq, H, 576)
         scores = torch.einsum("qhd,kd->qhk", queries, keys) * scale
         # Query i (0-based) of the window sees rows 0 .. lk - lq + i.
