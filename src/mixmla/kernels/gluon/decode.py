@@ -21,15 +21,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
                                                                warpgroup_mma_init, warpgroup_mma_wait)
 
+from ..constants import FMT_FP8, FMT_MXFP4, LN2, LOG2E
 from . import fp8, mxfp4
 from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, chunk_column, p_layout, q_layout,
                       score_layout, to_key_operand, v_layout)
 
-FMT_FP8 = gl.constexpr(1)
-FMT_MXFP4 = gl.constexpr(2)
 VALUE_DIM = gl.constexpr(512)
-LOG2E = gl.constexpr(1.4426950408889634)
-LN2 = gl.constexpr(0.6931471805599453)
 
 
 @gluon.jit

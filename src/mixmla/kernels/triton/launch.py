@@ -24,7 +24,7 @@ from ...schedule import Schedule
 from .combine import mla_combine_kernel
 from .configs import KernelConfig
 from .decode import mla_decode_kernel
-from .pieces import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
+from ..constants import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
 
 COMBINE_BLOCK_R = 16  #: rows per combine program
 COMBINE_BLOCK_D = 32  #: output columns per combine program: 16 programs per row block, many in flight
