@@ -158,19 +158,28 @@ def _finish(m, l):
 
 
 @gluon.jit
-def _part_slots(ids, first, start_b, num_programs, total):
-    """Workspace slots of the partial results programs ``ids`` left for a request (int32 tensor) and
-    which of them exist (a program with an empty range left none)."""
-    lo = _range_bound(ids, num_programs, total)
-    exists = lo < _range_bound(ids + 1, num_programs, total)
-    return 2 * ids + ((ids == first) & (lo < start_b)).to(gl.int32), exists
+def _piece_count(first, last, cost_b, num_programs, total):
+    """How many programs hold a piece of a request of ``cost_b`` units whose first and last units
+    programs ``first`` and ``last`` hold. With at least as many programs as units each program holds
+    at most one unit, so every unit is a piece; with fewer, every program's range is non-empty."""
+    return gl.where(num_programs >= total, cost_b, last - first + 1)
+
+
+@gluon.jit
+def _piece_slots(k, first, start_b, num_programs, total):
+    """Workspace slots of pieces ``k`` (int32 tensor, 0 .. count - 1) of a request, in program order:
+    piece k's program is ``first + k`` (fewer programs than units) or the one holding unit
+    ``start_b + k`` (one unit per program). A program's slot is 2i, or 2i + 1 when the request is
+    not the first of its range (only ``first``'s range can start before the request)."""
+    owner = gl.where(num_programs >= total, _program_of(start_b + k, num_programs, total), first + k)
+    return 2 * owner + ((owner == first) & (_range_bound(owner, num_programs, total) < start_b)).to(gl.int32)
 
 
 @gluon.jit
 def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
-                 first, last, start_b, num_programs, total, H: gl.constexpr, ROWS: gl.constexpr,
+                 first, count, start_b, num_programs, total, H: gl.constexpr, ROWS: gl.constexpr,
                  WRITE_LSE: gl.constexpr):
-    """Merges the partial results of one request (programs ``first .. last`` each left one).
+    """Merges the ``count`` partial results of one request (``_piece_slots``).
 
     A first pass over the log-sum-exps gives the merged one; then each quarter of the 512 output
     columns is summed over the parts, 8 parts per load, so that a request cut into many parts
@@ -180,10 +189,10 @@ def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_pt
     rows_l = gl.arange(0, ROWS, layout=gl.SliceLayout(0, ll))
     m = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(0, ll))
     w = gl.zeros([ROWS], gl.float32, gl.SliceLayout(0, ll))
-    for g0 in range(first, last + 1, PG):
-        ids = g0 + gl.arange(0, PG, layout=gl.SliceLayout(1, ll))
-        slots, ok = _part_slots(ids, first, start_b, num_programs, total)
-        ok = ok & (ids <= last)
+    for g0 in range(0, count, PG):
+        k = g0 + gl.arange(0, PG, layout=gl.SliceLayout(1, ll))
+        ok = k < count
+        slots = _piece_slots(k, first, start_b, num_programs, total)
         lse_i = gl.load(part_lse_ptr + slots[:, None] * ROWS + rows_l[None, :], mask=ok[:, None] & (rows_l < ROWS)[None, :],
                         other=float("-inf"))
         m_new = gl.maximum(m, gl.max(lse_i, axis=0))
@@ -207,10 +216,10 @@ def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_pt
     scale = gl.convert_layout(inv_w, gl.SliceLayout(1, acc_l))
     for quarter in gl.static_range(4):
         acc = gl.zeros([ROWS, COLS], gl.float32, acc_l)
-        for g0 in range(first, last + 1, OG):
-            ids = g0 + gl.arange(0, OG, layout=gl.SliceLayout(1, gl.SliceLayout(2, ol)))
-            slots, ok = _part_slots(ids, first, start_b, num_programs, total)
-            ok = ok & (ids <= last)
+        for g0 in range(0, count, OG):
+            k = g0 + gl.arange(0, OG, layout=gl.SliceLayout(1, gl.SliceLayout(2, ol)))
+            ok = k < count
+            slots = _piece_slots(k, first, start_b, num_programs, total)
             lse_i = gl.load(part_lse_ptr + slots[:, None] * ROWS + rows3[None, :], mask=ok[:, None], other=float("-inf"))
             wi = gl.exp2(lse_i - m_o[None, :])
             base = part_o_ptr + (slots[:, None] * ROWS + rows3[None, :]).to(gl.int64) * VALUE_DIM + COLS * quarter
@@ -302,10 +311,8 @@ def mla_decode_hopper_kernel(
             t_begin = gl.minimum(gl.maximum(gl.maximum(u_begin, start_b) - start_b - C0, 0), n_tiles)
             t_end = gl.minimum(gl.maximum(gl.minimum(u_end, cum_b) - start_b - C0, 0), n_tiles)
             first = _program_of(start_b, num_programs, total)
-            last = _program_of(cum_b - 1, num_programs, total)
-            nparts = 0
-            for i in range(first, last + 1):
-                nparts += (_range_bound(i, num_programs, total) < _range_bound(i + 1, num_programs, total)).to(gl.int32)
+            nparts = _piece_count(first, _program_of(cum_b - 1, num_programs, total), cum_b - start_b, num_programs,
+                                  total)
 
             raw = _load_tile(FORMAT, kv_ptr, sc_ptr, kv_stride, sc_stride, kv_lo, kv_len, t_begin, t_begin < t_end)
             q_mult = _stage_query(FORMAT, q_smem, q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
@@ -378,5 +385,5 @@ def mla_decode_hopper_kernel(
                 if done == nparts - 1:
                     _fence_gpu()
                     _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo,
-                                 q_len, first, last, start_b, num_programs, total, H, ROWS, WRITE_LSE)
+                                 q_len, first, nparts, start_b, num_programs, total, H, ROWS, WRITE_LSE)
                     gl.store(counter_ptr + b, 0)
