@@ -58,8 +58,9 @@ class TritonPlan(BackendPlan):
             part_lse = workspace[rows * VALUE_DIM:].view(s.num_work, s.rows_max)
         self.constants = launch.PlanConstants(s, work, (part_o, part_lse), layout.sm_scale, layout.num_heads, c,
                                               INTERPRETED)
-        # Compiled launches on CUDA; the interpreter has nothing to compile.
-        self._compiled = launch.CompiledLaunches() if layout.device.type == "cuda" and not INTERPRETED else None
+        # Compiled launches on CUDA, shared by every plan; the interpreter has nothing to compile.
+        self._compiled = launch.SHARED if layout.device.type == "cuda" and not INTERPRETED else None
+        self._key = launch.plan_key(self.constants)
 
     def run(self, q, cache, kv_indptr, qo_indptr, out, lse) -> None:
         launches = launch.launches(self.constants, q, cache, kv_indptr, qo_indptr, out, lse)
@@ -67,7 +68,7 @@ class TritonPlan(BackendPlan):
             for one in launches:
                 launch.run(one)
         else:
-            self._compiled.launch(launches, launch.call_key(q, cache, kv_indptr, qo_indptr, out, lse))
+            self._compiled.launch(launches, (self._key, launch.call_key(q, cache, kv_indptr, qo_indptr, out, lse)))
 
 
 class TritonBackend(Backend):
