@@ -364,6 +364,28 @@ def test_custom_kernel_with_new_lengths_under_the_same_config():
     assert result, result.message
 
 
+def test_custom_kernel_ragged_batches_of_one_config_with_fewer_tokens(monkeypatch):
+    """A plan is cached per (batch, Lq, max Lk): later ragged batches of that config with fewer
+    cached tokens in all (and caches of just those rows) are served, each against its own tensors,
+    in every format; so is a larger one again."""
+    import collections
+
+    from mixmla.inputs import generate_ragged
+
+    monkeypatch.setattr(api, "_PLAN_CACHE", collections.OrderedDict())
+    batches = [[40, 7, 0, 30], [3, 40, 1, 9], [40, 40, 0, 2]]  # 77, 53, 82 tokens; max 40 each
+    for i, kv_lens in enumerate(batches):
+        data = generate_ragged(4, 1, 40, seed=40 + i, kvseqlens=kv_lens, device=DEVICE)
+        q, kv_data, qo, kv, config = data
+        assert (config["batch_size"], config["q_seq_len"], config["kv_seq_len"]) == (4, 1, 40)
+        for fmt in FORMATS:
+            out = api.custom_kernel(data, fmt=fmt)
+            ref, _ = mla_decode_reference(q, kv_data[fmt], kv, qo, sm_scale=config["sm_scale"])
+            result = check_strict(out, ref)
+            assert result, f"batch {i} {fmt}: {result.message}"
+    assert len(api._PLAN_CACHE) == len(FORMATS)
+
+
 # ----------------------------------------------------------------------------------------------
 # determinism
 
