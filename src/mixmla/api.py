@@ -26,8 +26,8 @@ class DecodePlan:
     after the contents of ``q``, the cache and the indptrs change (same shapes; per-request lengths
     may change as long as no request gets more than ``max_q_len`` query tokens).
 
-    Attributes: device, num_heads (H), fmt, total_q (rows of q), total_kv (cache rows the planned
-    kv_indptr reads), batch, max_q_len (the most query tokens a request may have in a run: the
+    Attributes: device, num_heads (H), fmt, total_q (rows of q), total_kv (kv_indptr[-1] at plan
+    time), batch, max_q_len (the most query tokens a request may have in a run: the
     longest planned request's, at least 1), sm_scale, backend (the backend's name), config (the
     backend's kernel shape; for Triton a ``KernelConfig``), schedule (``mixmla.schedule.Schedule``),
     kv_indptr and qo_indptr ((batch+1,) int32 on the device, the caller's tensors when they were
@@ -102,13 +102,13 @@ class DecodePlan:
         log-sum-exp of the scaled scores; ``-inf`` for a query that sees no cached token).
 
         Every call checks what the tensors' metadata shows (types, dtypes, shapes, strides,
-        devices, the plan's format, H and total_q, the cache rows the planned kv_indptr reads when
-        it is used) and raises TypeError/ValueError before anything is launched. It reads no
-        value, so it never syncs with the host and can be captured in a CUDA graph; the values are
-        the caller's promise: the indptrs used (the replacements, or the plan's own, which may have
-        been rewritten in place) start at 0, are non-decreasing, kv_indptr ends within the cache,
-        qo_indptr ends at total_q with at most ``max_q_len`` query tokens per request, and an fp8
-        scale is finite and > 0. Values outside that make the kernels read outside the tensors or
+        devices, the plan's format, H and total_q, at least ``total_kv`` cache rows when the plan's
+        own kv_indptr is used) and raises TypeError/ValueError before anything is launched. It
+        reads no value, so it never syncs with the host and can be captured in a CUDA graph; the
+        values are the caller's promise: the indptrs used (the replacements, or the plan's own,
+        which may have been rewritten in place) start at 0, are non-decreasing, kv_indptr ends
+        within the cache, qo_indptr ends at total_q with at most ``max_q_len`` query tokens per
+        request, and an fp8 scale is finite and > 0. Values outside that make the kernels read outside the tensors or
         return garbage. ``check=True`` checks those values too, with one host read of the indptrs
         and the fp8 scale (a sync on a GPU; a RuntimeError inside a CUDA graph capture), and raises
         ValueError before launching: for debugging, or when the values come from elsewhere.
