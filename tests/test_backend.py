@@ -141,3 +141,22 @@ def test_gluon_says_why_it_cannot_run_a_layout():
     assert str(MAX_BATCH) in layout_unsupported((9, 0), "mxfp4", 16, 16, MAX_BATCH + 1)
     for fmt in ("fp8", "mxfp4"):
         assert layout_unsupported((9, 0), fmt, 16, 16, MAX_BATCH) is None
+
+
+def test_a_replacement_indptr_must_have_a_dtype_the_backend_reads(recording_backend):
+    """A backend reads the indptrs as its ``indptr_dtypes`` (by default int32 only, as the Hopper
+    kernel does); run converts nothing (that would allocate), so a replacement of another dtype is
+    a TypeError before the backend runs. Triton reads int32 and int64."""
+    q, cache, kv_indptr = _problem()
+    p = api.plan(kv_indptr, num_heads=16, fmt="fp8", backend="gluon")
+    (bp,) = recording_backend.plans
+    assert p.indptr_dtypes == (torch.int32,)
+    for name in ("kv_indptr", "qo_indptr"):
+        wide = (kv_indptr if name == "kv_indptr" else indptr([1, 1, 1])).to(torch.int64)
+        with pytest.raises(TypeError, match=rf"{name} must have dtype torch.int32 \(what the gluon kernels read\)"):
+            p.run(q, cache, **{name: wide})
+    assert bp.calls == []
+    p.run(q, cache, kv_indptr=kv_indptr.clone())
+    assert len(bp.calls) == 1
+    triton = api.plan(kv_indptr, num_heads=16, fmt="fp8", backend="triton")
+    assert set(triton.indptr_dtypes) == {torch.int32, torch.int64}

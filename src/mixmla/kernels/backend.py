@@ -48,10 +48,13 @@ class Layout:
 class BackendPlan(abc.ABC):
     """One layout made ready to launch. ``config`` is the backend's kernel shape (for Triton a
     ``KernelConfig``); ``schedule`` the ``mixmla.schedule.Schedule`` of its work items, or None
-    when the backend does not split that way."""
+    when the backend does not split that way. ``indptr_dtypes``: the dtypes its kernels read the
+    indptrs as (the API converts the plan's own indptrs to int32 and rejects a replacement of
+    another dtype, since converting it in ``run`` would allocate)."""
 
     config: object
     schedule: object
+    indptr_dtypes: tuple = (torch.int32,)
 
     @abc.abstractmethod
     def run(self, q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, out: torch.Tensor,
@@ -60,8 +63,8 @@ class BackendPlan(abc.ABC):
         captured in a CUDA graph.
 
         q (total_q, H, 576) bf16 (stride(-1) == 1); cache: the layout's format as a
-        ``mixmla.formats`` container; kv_indptr, qo_indptr (batch+1,) int32/int64 on the device
-        (their values may differ from the layout's lengths, within the API's contract); out
+        ``mixmla.formats`` container; kv_indptr, qo_indptr (batch+1,) of ``indptr_dtypes`` on the
+        device (their values may differ from the layout's lengths, within the API's contract); out
         (total_q, H, 512) bf16 contiguous, written; lse (total_q, H) float32 natural log, written
         when given. All arguments are checked by the API before the call.
         """

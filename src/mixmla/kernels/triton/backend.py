@@ -38,6 +38,8 @@ def _schedule_on_device(device: torch.device, nsplit: bytes, rows_max: int, bloc
 class TritonPlan(BackendPlan):
     """A layout's schedule, its work items and workspace on the device, and the kernel shape."""
 
+    indptr_dtypes = (torch.int32, torch.int64)  # the kernels load either and widen to int64
+
     def __init__(self, layout: Layout, config: KernelConfig | None):
         rows_max = rows_per_request(layout.q_lens, layout.num_heads)
         self.config = c = config or default_config(layout.fmt, rows_max)
@@ -84,6 +86,9 @@ class TritonBackend(Backend):
         return None
 
     def plan(self, layout: Layout, config: KernelConfig | None = None) -> TritonPlan:
+        if config is not None and not isinstance(config, KernelConfig):
+            raise TypeError(f"config must be a mixmla.KernelConfig (the Triton kernels' shape) or None for the "
+                            f"tuned default, got {type(config).__name__} {config!r}")
         return TritonPlan(layout, config)
 
 
