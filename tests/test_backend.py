@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from mixmla import api
+from mixmla.kernels.triton.configs import KernelConfig
 from mixmla.check import check_strict
 from mixmla.formats import Fp8Cache, quantize
 from mixmla.inputs import generate_input
@@ -116,6 +117,17 @@ def test_a_registered_backend_gets_the_layout_and_the_documented_run_arguments(r
     assert rkv is kv_indptr and rqo.dtype == torch.int32 and rqo.tolist() == [0, 1, 2, 3]
     assert rout is out is p.out and rlse is lse is p.lse
     assert bool((out == 1.0).all()) and bool((lse == 2.0).all())
+
+
+def test_auto_with_a_config_is_triton_where_gluon_is_preferred(recording_backend, monkeypatch):
+    """A config is a Triton kernel shape: 'auto' must not hand it to the Hopper backend, which
+    takes none, even where that backend is preferred."""
+    monkeypatch.setattr(recording_backend, "preferred", lambda layout: True, raising=False)
+    _, _, kv_indptr = _problem()
+    assert api.plan(kv_indptr, num_heads=16, fmt="fp8").backend == "gluon"
+    config = KernelConfig(block_t=32)
+    p = api.plan(kv_indptr, num_heads=16, fmt="fp8", config=config)
+    assert p.backend == "triton" and p.config == config
 
 
 def test_a_backend_that_cannot_run_the_layout_says_why(recording_backend):

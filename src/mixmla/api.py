@@ -56,7 +56,7 @@ class DecodePlan:
         self.total_q = int(qo_host[-1])
         self.max_q_len = _max_q_len(qo_host)
         layout = Layout(self.device, self.num_heads, fmt, scale, kv_host[1:] - kv_host[:-1], qo_host[1:] - qo_host[:-1])
-        chosen = get_backend(backend, layout)
+        chosen = get_backend(backend, layout, config)
         self.backend = chosen.name
         self._plan = chosen.plan(layout, config)
         # The indptrs are kept by reference when already int32 on the device, so that in-place
@@ -140,7 +140,8 @@ def plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor | None = None, num_hea
     sm_scale: softmax scale (default 1/sqrt(576)). device: where to run (default: kv_indptr's).
     config: kernel shape override for the backend (Triton: a ``KernelConfig``; default: tuned per
     format). backend: 'auto' (the Hopper kernel where it is faster: fp8 and MXFP4 caches, 16 heads,
-    one query token, at least 262144 cached tokens, on an sm_90 GPU; the Triton kernels otherwise),
+    one query token, at least 262144 cached tokens, on an sm_90 GPU, no config; the Triton kernels
+    otherwise),
     'triton' or 'gluon' (the Hopper kernel; ValueError for a layout it cannot run).
     """
     return DecodePlan(kv_indptr, qo_indptr, num_heads, fmt, sm_scale, device, config, backend)

@@ -105,9 +105,10 @@ def _load(chosen: str, name: str) -> Backend:
     return backend
 
 
-def get_backend(name: str, layout: Layout) -> Backend:
+def get_backend(name: str, layout: Layout, config=None) -> Backend:
     """The backend ``name`` ('auto', 'triton' or 'gluon') for ``layout``. 'auto' is the Gluon
-    (Hopper) backend where it says it is faster for the layout (``preferred``), else Triton.
+    (Hopper) backend where it says it is faster for the layout (``preferred``), else Triton; with
+    a ``config`` (a kernel shape, which only the Triton kernels take) 'auto' is Triton.
 
     Raises ValueError naming the argument when the name is unknown, the backend is not part of
     this installation, or it cannot run the layout.
@@ -119,7 +120,8 @@ def get_backend(name: str, layout: Layout) -> Backend:
             gluon = _load("gluon", name)
         except ValueError:  # not in this installation: Triton serves everything
             gluon = None
-        backend = gluon if gluon is not None and gluon.preferred(layout) else _load("triton", name)
+        use_gluon = gluon is not None and config is None and gluon.preferred(layout)
+        backend = gluon if use_gluon else _load("triton", name)
     else:
         backend = _load(name, name)
     reason = backend.unsupported(layout)
