@@ -36,6 +36,7 @@ from .paged import (  # noqa: E402
     plan_paged_csr,
 )
 from .reference import mla_decode_paged_reference, mla_decode_reference  # noqa: E402
+from .writer import append_kv  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -44,5 +45,5 @@ __all__ = [
     "Bf16Cache", "Fp8Cache", "Mxfp4Cache", "as_cache", "quantize", "quantize_fp8", "quantize_mxfp4", "dequantize",
     "mla_decode_reference",
     "mla_decode_paged", "mla_decode_paged_csr", "plan_paged", "plan_paged_csr", "PagedDecodePlan",
-    "PagedCache", "as_paged_cache", "empty_paged_cache", "mla_decode_paged_reference",
+    "PagedCache", "as_paged_cache", "empty_paged_cache", "mla_decode_paged_reference", "append_kv",
 ]
