@@ -37,6 +37,7 @@ from .paged import (  # noqa: E402
 )
 from .reference import mla_decode_paged_reference, mla_decode_reference  # noqa: E402
 from .writer import append_kv  # noqa: E402
+from . import ops as _ops  # noqa: E402,F401  (registers torch.ops.mixmla.*)
 
 __version__ = "0.1.0"
 
