@@ -60,15 +60,38 @@ class PagedDecodePlan(DecodePlan):
         self.kv_indptr = None
         self.qo_indptr = self._device_int32(qo_indptr, qo_host)
 
+    def rebind(self, pages: PageTable) -> None:
+        """Read another page table of the same kind, batch and page size from now on (tensors of
+        a dtype the kernels read, on the plan's device): metadata only, no sync, so an engine that
+        hands over new table tensors each step keeps one plan (and its captured graphs: a graph
+        captured before keeps reading the tensors it was captured with)."""
+        old = self.pages
+        if (pages.page_indptr is None) != (old.page_indptr is None) or pages.page_size != old.page_size:
+            raise ValueError("pages: a plan keeps its table form (block table or CSR) and page size")
+        if pages.seq_lens.shape != old.seq_lens.shape or (old.page_indptr is not None
+                                                         and pages.page_indptr.shape != old.page_indptr.shape):
+            raise ValueError(f"pages: the plan was made for batch {self.batch}, got seq_lens of shape "
+                             f"{tuple(pages.seq_lens.shape)}")
+        for name, t in (("seq_lens", pages.seq_lens), ("page table", pages.table), ("kv_indptr", pages.page_indptr)):
+            if t is not None and (t.dtype not in self.indptr_dtypes or not validate._same_device(t.device, self.device)):
+                raise ValueError(f"pages: {name} must be {self.indptr_dtypes} on {self.device}, got {t.dtype} on "
+                                 f"{t.device}")
+        if old.page_indptr is None:
+            pvalidate.block_table_pages(pages.table, pages.seq_lens, pages.page_size, self.device)
+        else:
+            pvalidate.csr_pages(pages.page_indptr, pages.table, pages.seq_lens, pages.page_size, self.device)
+        self.pages = pages
+
     def run(self, q: torch.Tensor, cache, out: torch.Tensor | None = None, return_lse: bool = False,
-            check: bool = False):
+            check: bool = False, lse: torch.Tensor | None = None):
         """Decode attention for the planned batch over the pool ``cache``.
 
         q: (total_q, H, 576) bf16 on the plan's device (stride(-1) == 1). cache: the pool in the
         plan's format with the plan's page size (see ``mixmla.formats.as_paged_cache``). out:
         optional contiguous (total_q, H, 512) bf16 (default: the plan's own ``self.out``). Returns
         out, or ``(out, lse)`` with lse (total_q, H) float32, natural log (``-inf`` where a query
-        sees no cached token).
+        sees no cached token), written into ``lse`` when given (contiguous (total_q, H) float32,
+        implies return_lse), else into the plan's own ``self.lse``.
 
         Every call checks the metadata (no sync); the values of the page table, the plan's
         qo_indptr and the fp8 scale are the caller's promise, checked only with ``check=True`` (one
@@ -78,13 +101,21 @@ class PagedDecodePlan(DecodePlan):
         nothing (the output is then wrong, not a crash).
         """
         paged = pvalidate.check_run_inputs(self, q, cache, out)
+        if lse is not None:
+            if not isinstance(lse, torch.Tensor) or lse.dtype != torch.float32 or \
+                    tuple(lse.shape) != (self.total_q, self.num_heads) or not lse.is_contiguous() or \
+                    not validate._same_device(lse.device, self.device):
+                raise ValueError(f"lse must be a contiguous ({self.total_q}, {self.num_heads}) float32 tensor on "
+                                 f"{self.device}, got {getattr(lse, 'dtype', type(lse).__name__)} "
+                                 f"{tuple(getattr(lse, 'shape', ()))}")
+            return_lse = True
         if check:
             if q.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
                 raise RuntimeError("PagedDecodePlan.run(check=True) reads the page table on the host, which a CUDA "
                                    "graph capture does not allow; check once before capturing")
             pvalidate.check_values(self.pages, paged.num_pages, self.qo_indptr, self.total_q, self.max_q_len, paged)
         out = self.out if out is None else out
-        lse = self.lse if return_lse else None
+        lse = (self.lse if lse is None else lse) if return_lse else None
         self._plan.run_paged(q, paged.rows, self.pages, self.qo_indptr, out, lse)
         return (out, lse) if return_lse else out
 
