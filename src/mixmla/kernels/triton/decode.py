@@ -128,7 +128,7 @@ def mla_decode_kernel(
     acc_b = tl.zeros((BLOCK_R, NOPE_HALF), tl.float32)
     for t0 in range(t_begin, t_end, BLOCK_T):
         pos = t0 + tl.arange(0, BLOCK_T)
-        tok, tok_ok = token_rows(kv_first, pos, pos < t_end, pages, num_pages, PAGE_SIZE)
+        tok, tok_ok = token_rows(kv_first, t0, pos < t_end, pages, num_pages, PAGE_SIZE, BLOCK_T)
         # One decoded tile serves as the keys (all 576 columns) and the values (the nope pieces).
         k_nope_a, k_nope_b, k_rope_a, k_rope_b = load_key_tile(
             kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_ok, FORMAT, INTERPRETED)

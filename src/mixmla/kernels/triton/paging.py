@@ -40,12 +40,22 @@ def request_tokens(req, kv_indptr, pages, page_stride, page_indptr, max_pages, P
 
 
 @triton.jit
-def token_rows(first, pos, tok_ok, pages, num_pages, PAGE_SIZE: tl.constexpr):
-    """``(rows, ok)``: the cache rows (T,) int64 of token positions ``pos`` (T,) of a request whose
-    ``request_tokens`` gave ``first``, and ``tok_ok`` narrowed to the tokens whose page entry lies
-    in ``[0, num_pages)`` (paged; contiguous: unchanged)."""
+def token_rows(first, t0, tok_ok, pages, num_pages, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr):
+    """``(rows, ok)``: the cache rows (T,) int64 of the tile of token positions ``t0 ..
+    t0 + BLOCK_T`` (t0 a multiple of BLOCK_T) of a request whose ``request_tokens`` gave ``first``,
+    and ``tok_ok`` (T,) narrowed to the tokens whose page entry lies in ``[0, num_pages)`` (paged;
+    contiguous: unchanged).
+
+    Pages of at least a tile (a multiple of BLOCK_T) hold a whole tile: one page entry is read and
+    the rows are consecutive, as in the contiguous layout, which keeps the contiguous kernel's
+    address arithmetic and registers. Smaller pages are gathered token by token."""
+    pos = t0 + tl.arange(0, BLOCK_T)
     if PAGE_SIZE == 0:
         return first + pos, tok_ok
+    elif PAGE_SIZE % BLOCK_T == 0:
+        page = tl.load(pages + first + t0 // PAGE_SIZE).to(tl.int64)
+        ok = tok_ok & (page >= 0) & (page < num_pages)
+        return page * PAGE_SIZE + (t0 % PAGE_SIZE) + tl.arange(0, BLOCK_T), ok
     else:
         page = tl.load(pages + first + pos // PAGE_SIZE, mask=tok_ok, other=0).to(tl.int64)
         ok = tok_ok & (page >= 0) & (page < num_pages)
