@@ -236,3 +236,24 @@ def test_gluon_declines_paged_layouts():
     with pytest.raises(ValueError, match="backend='gluon' cannot run this plan: .*paged"):
         from mixmla.kernels.backend import get_backend
         get_backend("gluon", layout)
+
+
+def test_readme_serving_loop_runs():
+    """README's serving-loop lines, on a pool of 3 pages and two requests, then checked."""
+    import os
+    import re
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "append_kv" in b)
+    gen = torch.Generator().manual_seed(8)
+    env = dict(mixmla=mixmla, num_pages=3,
+               block_table=torch.tensor([[2, 0], [1, -1]], dtype=torch.int32, device=DEVICE),
+               seq_lens=torch.tensor([70, 5], dtype=torch.int32, device=DEVICE),
+               new_kv=torch.randn(75, 576, generator=gen).to(DEVICE, torch.bfloat16),
+               q=torch.randn(2, 16, 576, generator=gen).to(DEVICE, torch.bfloat16))
+    env["slot_mapping"] = torch.tensor([2 * 64 + t for t in range(64)] + list(range(6)) + [64 + t for t in range(5)],
+                                       device=DEVICE)
+    exec(block.replace('device="cuda"', f'device="{DEVICE.type}"'), env)
+    ref, _ = mixmla.mla_decode_reference(env["q"], mixmla.quantize_mxfp4(env["new_kv"]), indptr([70, 5]))
+    result = check_strict(env["out"], ref)
+    assert result, result.message
