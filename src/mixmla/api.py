@@ -44,25 +44,33 @@ class DecodePlan:
                                                                device)
         else:  # mla_decode already checked everything and read the indptrs: don't read them twice
             kv_ptr, qo_ptr, scale = _checked.kv_ptr, _checked.qo_ptr, _checked.sm_scale
-        self.device = torch.device(device) if device is not None else kv_indptr.device
+        kv_host, qo_host = kv_ptr, qo_ptr  # int64 numpy arrays
+        self._setup(device if device is not None else kv_indptr.device, kv_host[1:] - kv_host[:-1], qo_host,
+                    num_heads, fmt, scale, config, backend)
+        self.total_kv = int(kv_host[-1])
+        # The indptrs are kept by reference when already int32 on the device, so that in-place
+        # updates between graph replays are seen.
+        self.kv_indptr = self._device_int32(kv_indptr, kv_host)
+        self.qo_indptr = self._device_int32(qo_indptr, qo_host)
+
+    def _setup(self, device, kv_lens: np.ndarray, qo_host: np.ndarray, num_heads: int, fmt: str, scale: float,
+               config, backend: str, page_size: int = 0) -> None:
+        """What every plan does once its inputs are checked: the backend's plan of the layout
+        (kv_lens (batch,) and qo_host (batch+1,) int64 host values; page_size 0 for the contiguous
+        layout) and the output buffers."""
+        self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.num_heads = int(num_heads)
         self.fmt = fmt
         self.sm_scale = scale
-        kv_host, qo_host = kv_ptr, qo_ptr  # int64 numpy arrays
-        self.batch = kv_host.shape[0] - 1
-        self.total_kv = int(kv_host[-1])
+        self.batch = kv_lens.shape[0]
         self.total_q = int(qo_host[-1])
         self.max_q_len = _max_q_len(qo_host)
-        layout = Layout(self.device, self.num_heads, fmt, scale, kv_host[1:] - kv_host[:-1], qo_host[1:] - qo_host[:-1])
+        layout = Layout(self.device, self.num_heads, fmt, scale, kv_lens, qo_host[1:] - qo_host[:-1], page_size)
         chosen = get_backend(backend, layout, config)
         self.backend = chosen.name
         self._plan = chosen.plan(layout, config)
-        # The indptrs are kept by reference when already int32 on the device, so that in-place
-        # updates between graph replays are seen.
-        self.kv_indptr = self._device_int32(kv_indptr, kv_host)
-        self.qo_indptr = self._device_int32(qo_indptr, qo_host)
         self.out = torch.empty(self.total_q, self.num_heads, VALUE_DIM, dtype=torch.bfloat16, device=self.device)
         self.lse = torch.empty(self.total_q, self.num_heads, dtype=torch.float32, device=self.device)
 

@@ -99,3 +99,21 @@ def mla_decode_reference(
         out[q0:q1] = torch.einsum("qhk,kd->qhd", probs, keys[:, :VALUE_DIM])
         lse[q0:q1] = row_lse
     return out, lse
+
+
+def mla_decode_paged_reference(q: torch.Tensor, cache, pages, qo_indptr: torch.Tensor | None = None,
+                               sm_scale: float | None = None, compute_dtype: torch.dtype = torch.float64):
+    """``mla_decode_reference`` of a paged batch: the rows each request's page table names are
+    gathered into a contiguous cache (the same bits), then attended to exactly.
+
+    q: (total_q, H, 576). cache: the pool (see ``mixmla.formats.as_paged_cache``). pages: a
+    ``mixmla.paged.PageTable`` (block table or CSR) with valid values. qo_indptr, sm_scale,
+    compute_dtype and the result as for ``mla_decode_reference``.
+    """
+    from .formats.paged import as_paged_cache
+    from .paged.layout import gather_rows, token_rows
+
+    pool = as_paged_cache(cache, pages.page_size)
+    rows, kv_indptr = token_rows(pages)
+    contiguous = gather_rows(pool.rows, torch.from_numpy(rows).to(pool.device))
+    return mla_decode_reference(q, contiguous, torch.from_numpy(kv_indptr), qo_indptr, sm_scale, compute_dtype)

@@ -19,6 +19,7 @@ from .cache import (
     as_cache,
 )
 from .fp8 import dequantize_fp8, quantize_fp8
+from .paged import PagedCache, as_paged_cache, empty_paged_cache
 from .mxfp4 import dequantize_mxfp4, e2m1_decode, e2m1_encode, quantize_mxfp4
 
 
@@ -45,7 +46,7 @@ def quantize(x: torch.Tensor, fmt: str) -> KVCache:
 
 __all__ = [
     "FORMATS", "HEAD_DIM", "VALUE_DIM", "ROPE_DIM", "MX_BLOCK", "MX_PACKED_DIM", "MX_SCALES_PER_ROW",
-    "Bf16Cache", "Fp8Cache", "Mxfp4Cache", "KVCache", "as_cache",
+    "Bf16Cache", "Fp8Cache", "Mxfp4Cache", "KVCache", "as_cache", "PagedCache", "as_paged_cache", "empty_paged_cache",
     "quantize", "quantize_fp8", "quantize_mxfp4", "dequantize", "dequantize_fp8", "dequantize_mxfp4",
     "e2m1_encode", "e2m1_decode",
 ]

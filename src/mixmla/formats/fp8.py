@@ -30,8 +30,15 @@ def quantize_fp8(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> F
                          "comes from the largest magnitude)")
     scale = (amax / fmax).reshape(1)
     # A permuted x keeps its strides through the elementwise steps; the cache needs unit-stride rows.
-    data = (xf / scale).clamp(-fmax, fmax).to(dtype).contiguous()
-    return Fp8Cache(data, scale)
+    return Fp8Cache(encode_fp8(x, scale, dtype).contiguous(), scale)
+
+
+def encode_fp8(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:
+    """fp8 values of ``x`` (any float dtype) under the float32 ``scale`` (one element): ``x / scale``
+    in float32, clamped to the format's finite range, rounded to nearest-even; the cache writer
+    (``mixmla.append_kv``) writes these bits too."""
+    fmax = torch.finfo(dtype).max
+    return (x.float() / scale.float()).clamp(-fmax, fmax).to(dtype)
 
 
 def dequantize_fp8(cache: Fp8Cache, dtype: torch.dtype = torch.float32, rows: slice = slice(None)) -> torch.Tensor:

@@ -34,6 +34,8 @@ examples:
   mixmla bench --quick --peers none          fewer repetitions, no peers
   mixmla bench --shape 32,1,8192 --shape 4,4,1024,32 --paths fp8,mxfp4
   mixmla bench --spec shapes.txt --out bench/results/today
+  mixmla bench --paged --quick               each shape contiguous and in shuffled pages of 1 and 64,
+                                             FlashInfer's paged MLA beside it; append_kv at 256 tokens
 
 Without a CUDA GPU it says so and runs a tiny Triton-interpreter demo (correctness only).
 Exit status: 0 when every mixmla path passed its strict check, 1 otherwise (peers do not count)."""
@@ -92,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wall-clock budget of the whole run in seconds; later cases are skipped past it "
                         f"(default {DEFAULT_BUDGET_S:.0f})")
     p.add_argument("--ceiling-gb", type=float, default=3.0, help="buffer size of the HBM ceiling measurement, GiB")
+    p.add_argument("--paged", action="store_true",
+                   help="paged mode: every shape also in pages of 1 and 64 tokens, shuffled in the pool (our "
+                        "bf16/fp8/mxfp4 paths and FlashInfer's paged MLA), a paged/contiguous table, and "
+                        "append_kv's GPU time for one decode step of 256 tokens (harness/paged.py)")
     return p
 
 
@@ -157,8 +163,13 @@ def run_gpu(args, specs: list[dict], paths: list[str], peer_names: list[str]) ->
     timer, flushers = CudaEventTimer(), (L2Flusher(mode="read"), L2Flusher(mode="write"))
     total = len(specs) * len(impls)
     progress, done = Progress(total, "mixmla bench"), 0
+    base_case, base_key = None, None
     for spec in specs:
         case = None
+        # Paged variants of a shape follow it: they share its inputs and references.
+        key = tuple(sorted((k, v) for k, v in spec.items() if k != "page_size"))
+        if spec.get("page_size") and base_case is not None and key == base_key:
+            case = base_case.with_pages(spec["page_size"])
         for name, fmt in impls:
             elapsed = time.perf_counter() - t_start
             left = total - done
@@ -168,6 +179,8 @@ def run_gpu(args, specs: list[dict], paths: list[str], peer_names: list[str]) ->
                 if case is None:
                     progress.describe(f"{_label(spec)}: inputs + references")
                     case = Case.generate(spec, device="cuda")
+                    if args.paged:
+                        base_case, base_key = case, key
                 progress.describe(f"{case.label} {name} {fmt}")
                 # Share what is left of the budget among the cases still to run (2 s of setup each).
                 per_case = (settings.budget_s - elapsed) / max(1, left)
@@ -182,6 +195,13 @@ def run_gpu(args, specs: list[dict], paths: list[str], peer_names: list[str]) ->
         del case
         torch.cuda.empty_cache()
     progress.close()
+    if args.paged:
+        from .paged import bench_append, paged_ratios
+
+        del base_case
+        torch.cuda.empty_cache()
+        results["paged"] = {"ratios": paged_ratios(results["rows"]),
+                            "append_kv": bench_append(flushers[0], settings)}
 
     results["geomean"] = geomeans(results["rows"])
     results["settings"]["wall_s"] = round(time.perf_counter() - t_start, 1)
@@ -189,8 +209,14 @@ def run_gpu(args, specs: list[dict], paths: list[str], peer_names: list[str]) ->
     paths_written = write_all(results, out_dir)
     print()
     print(format_table(results))
+    status = exit_status(results["rows"])
+    if args.paged:
+        from .paged import format_append, format_ratios
+
+        print("\n" + format_ratios(results["paged"]["ratios"]) + "\n\n" + format_append(results["paged"]["append_kv"]))
+        status = status or int(any(r["status"] != "ok" for r in results["paged"]["append_kv"]))
     print(f"\nwrote {', '.join(paths_written.values())}  (total {results['settings']['wall_s']:.0f} s)")
-    return exit_status(results["rows"])
+    return status
 
 
 def _label(spec: dict) -> str:
@@ -216,11 +242,23 @@ def main(argv: list[str] | None = None) -> int:
     if not paths and not peer_names:
         print("mixmla bench: nothing to run (no paths, no peers)", file=sys.stderr)
         return 2
+    if args.paged:
+        from .paged import paged_specs
+
+        # 'auto' is custom_kernel (contiguous only), the plain-PyTorch peer reads no pages.
+        paths = [p for p in paths if p != "auto"] or ["bf16", "fp8", "mxfp4"]
+        peer_names = [p for p in peer_names if p != "torch"]
+        explicit = bool(args.shape or args.spec)
+        specs = paged_specs(specs)
     from .env import has_cuda
 
     if not has_cuda():
         from .demo import run_demo
 
+        if args.paged:
+            from .demo import DEMO_SPEC
+
+            return run_demo(args, specs if explicit else paged_specs([DEMO_SPEC]), paths, peer_names)
         return run_demo(args, specs if (args.shape or args.spec) else None, paths, peer_names)
     return run_gpu(args, specs, paths, peer_names)
 

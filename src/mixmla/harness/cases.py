@@ -53,6 +53,8 @@ def spec_label(spec: dict) -> str:
         label += f" h{spec['numheads']}"
     if spec.get("ragged"):
         label += " ragged"
+    if spec.get("page_size"):
+        label += f" p{spec['page_size']}"
     return label
 
 
@@ -88,6 +90,7 @@ class Case:
     spec: dict
     data: tuple
     _refs: dict = field(default_factory=dict, repr=False)
+    _paged: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def generate(cls, spec: dict, device=None) -> "Case":
@@ -98,6 +101,29 @@ class Case:
     @property
     def label(self) -> str:
         return spec_label(self.spec)
+
+    @property
+    def page_size(self) -> int:
+        """Tokens per page of the paged layout this case is timed in (``mixmla bench --paged``), 0
+        for the benchmark's contiguous layout."""
+        return int(self.spec.get("page_size", 0))
+
+    def with_pages(self, page_size: int) -> "Case":
+        """This case's inputs (and references, computed once for both) timed in pages of
+        ``page_size`` tokens."""
+        return Case(dict(self.spec, page_size=page_size), self.data, self._refs)
+
+    def paged(self, fmt: str):
+        """The cache in ``fmt`` laid out in pages of ``page_size`` tokens in a random order
+        (``mixmla.paged.PagedBatch``, seeded by the spec; made once), for every paged path."""
+        if fmt not in self._paged:
+            import torch
+
+            from ..paged import scatter_to_pages
+
+            gen = torch.Generator().manual_seed(int(self.spec.get("seed", 0)) + self.page_size)
+            self._paged[fmt] = scatter_to_pages(self.cache(fmt), self.data[3], self.page_size, generator=gen)
+        return self._paged[fmt]
 
     @property
     def q(self):

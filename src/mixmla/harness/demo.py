@@ -67,9 +67,18 @@ def run_demo(args, specs: list[dict] | None, paths: list[str], peer_names: list[
             rel = f"  strict rel L2 {row['check']['strict']['rel_l2']:.2e} ({row['format']})" if row.get("check") else ""
             print(f"  {row['shape_label']:<8} {row['label']:<16} {row['status']}{rel}  {row['note']}", flush=True)
             results["rows"].append(row)
+    status = exit_status(results["rows"])
+    if getattr(args, "paged", False):
+        from .paged import bench_append, format_append
+
+        # The writer's check on a small pool; nothing is timed without a GPU.
+        results["paged"] = {"append_kv": bench_append(None, None, device="cpu", tokens=8, num_pages=4,
+                                                      page_size=16)}
+        print("\n" + format_append(results["paged"]["append_kv"]))
+        status = status or int(any(r["status"] != "ok" for r in results["paged"]["append_kv"]))
     print()
     print(format_table(results))
     if args.out:
         written = write_all(results, args.out)
         print(f"\nwrote {', '.join(written.values())}")
-    return exit_status(results["rows"])
+    return status

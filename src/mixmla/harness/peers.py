@@ -18,7 +18,8 @@ Both return the output (total_q, H, 512) bf16. Setup that cannot do a case raise
   matmul, float32 softmax, matmul (padded ``bmm`` for uniform batches, a per-request loop for
   ragged ones). All three formats.
 - ``flashinfer``: ``flashinfer.mla.BatchMLAPagedAttentionWrapper(workspace, backend="fa3")``, page
-  size 1, bf16 and fp8 (``float8_e4m3fn``) caches, as docs/DEVELOPING.md describes.
+  size 1, bf16 and fp8 (``float8_e4m3fn``) caches, as docs/DEVELOPING.md describes; on a paged
+  case (``mixmla bench --paged``) the same shuffled pool as mixmla's paged path.
 - ``flashmla``: DeepSeek's ``flash_mla_with_kvcache``, bf16, page size 64. Not on PyPI (it needs
   a CUDA build with CUTLASS headers), so it is usually reported as not installed.
 """
@@ -95,6 +96,8 @@ class Mixmla(Impl):
 
         data = case.data
         q, kv_data, qo_indptr, kv_indptr, _ = data
+        if case.page_size:
+            return self._prepare_paged(case, fmt)
         note = ""
         if fmt == "auto":
             call = lambda: api.custom_kernel(data)  # noqa: E731
@@ -111,6 +114,28 @@ class Mixmla(Impl):
         cache, out = case.cache(fmt), _out_like(case)
         return Prepared(call, lambda: plan.run(q, cache, out=out), out, fmt, note)
 
+    @staticmethod
+    def _prepare_paged(case, fmt: str) -> Prepared:
+        """The paged path: ``mla_decode_paged`` per call (latency), ``plan_paged(...).run`` (GPU
+        time), on the case's cache in shuffled pages."""
+        from .. import paged as paged_api
+
+        if fmt == "auto":
+            raise Unsupported("auto is custom_kernel, the contiguous benchmark entry point")
+        q, _, qo_indptr, _, _ = case.data
+        pb = case.paged(fmt)
+        qo = None if case.total_q == pb.seq_lens.shape[0] else qo_indptr
+        plan = paged_api.plan_paged(pb.block_table, pb.seq_lens, case.page_size, qo, case.num_heads, fmt,
+                                    case.sm_scale)
+        out = _out_like(case)
+
+        def call():
+            return paged_api.mla_decode_paged(q, pb.cache, pb.block_table, pb.seq_lens, qo_indptr=qo,
+                                              sm_scale=case.sm_scale)
+
+        return Prepared(call, lambda: plan.run(q, pb.cache, out=out), out, fmt,
+                        f"paged, page {case.page_size}, pages shuffled; {plan.backend} backend")
+
 
 # ----------------------------------------------------------------------------------------------
 class TorchBaseline(Impl):
@@ -124,6 +149,8 @@ class TorchBaseline(Impl):
 
         from ..formats import dequantize
 
+        if case.page_size:
+            raise Unsupported("the plain PyTorch baseline reads the contiguous layout only")
         q, _, qo_indptr, kv_indptr, _ = case.data
         cache, scale, H = case.cache(fmt), case.sm_scale, case.num_heads
         q_lens, kv_lens = _lengths(qo_indptr), _lengths(kv_indptr)
@@ -194,13 +221,19 @@ class FlashInfer(Impl):
         if ws is None:
             ws = self._workspace[device] = torch.empty(self.WORKSPACE_BYTES, dtype=torch.int8, device=device)
         wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(ws, backend="fa3")
-        qo32, kv32 = qo_indptr.to(torch.int32), kv_indptr.to(torch.int32)
-        kv_len = (kv32[1:] - kv32[:-1]).contiguous()
-        kv_indices = torch.arange(case.total_kv, dtype=torch.int32, device=device)
+        qo32 = qo_indptr.to(torch.int32)
+        if case.page_size:  # the same shuffled pool mixmla's paged path reads
+            pb = case.paged(fmt)
+            page, page_indptr, kv_indices, kv_len = case.page_size, pb.kv_indptr, pb.kv_indices, pb.seq_lens
+            c = pb.cache.rows.data.view(pb.cache.num_pages, page, HEAD_DIM)
+        else:  # mixmla's contiguous rows as pages of one token, in order
+            page, page_indptr = 1, kv_indptr.to(torch.int32)
+            kv_len = (page_indptr[1:] - page_indptr[:-1]).contiguous()
+            kv_indices = torch.arange(case.total_kv, dtype=torch.int32, device=device)
+            c = cache.data.view(case.total_kv, 1, HEAD_DIM)
         causal = max(_lengths(qo_indptr)) > 1
-        wrapper.plan(qo32, kv32, kv_indices, kv_len, case.num_heads, VALUE_DIM, HEAD_DIM - VALUE_DIM, 1,
+        wrapper.plan(qo32, page_indptr, kv_indices, kv_len, case.num_heads, VALUE_DIM, HEAD_DIM - VALUE_DIM, page,
                      causal, case.sm_scale, torch.bfloat16, cache.data.dtype)
-        c = cache.data.view(case.total_kv, 1, HEAD_DIM)
         kwargs = {}
         if fmt == "fp8":
             s = float(cache.scale.item())
@@ -212,7 +245,8 @@ class FlashInfer(Impl):
         def call():
             return wrapper.run(q_nope, q_pe, ckv, kpe, out=out, **kwargs)
 
-        return Prepared(call, call, out, fmt, "fa3, page 1" + (", causal" if causal else ""))
+        layout = f"page {page}" + (", pages shuffled" if case.page_size else "")
+        return Prepared(call, call, out, fmt, "fa3, " + layout + (", causal" if causal else ""))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -236,6 +270,8 @@ class FlashMLA(Impl):
         q_lens, kv_lens = _lengths(qo_indptr), _lengths(kv_indptr)
         if len(set(q_lens)) != 1 or q_lens[0] == 0:
             raise Unsupported("needs the same number of query tokens in every request")
+        if case.page_size:
+            raise Unsupported("paged mode: FlashMLA is timed in the contiguous run (its own pages of 64)")
         B, lq, H, P = len(kv_lens), q_lens[0], case.num_heads, self.PAGE
         device = q.device
         rows = case.cache("bf16").data  # (total_kv, 576)

@@ -55,8 +55,9 @@ def make_row(spec: dict, shape_label: str, impl: str, path: str, status: str = "
     if status not in STATUSES:
         raise ValueError(f"status {status!r} not in {STATUSES}")
     row = dict.fromkeys(_ROW_KEYS)
-    row.update(shape=dict(spec), shape_label=shape_label, impl=impl, path=path, label=f"{impl} {path}",
-               status=status, note=note)
+    # Paged shapes (``mixmla bench --paged``) get labels of their own, so geomeans do not mix layouts.
+    label = f"{impl} {path}" + (f" p{spec['page_size']}" if spec.get("page_size") else "")
+    row.update(shape=dict(spec), shape_label=shape_label, impl=impl, path=path, label=label, status=status, note=note)
     return row
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import importlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -30,7 +31,8 @@ class Layout:
     device: where the kernels run (a CUDA device with its index, or CPU). num_heads: H. fmt:
     'bf16', 'fp8' or 'mxfp4', the cache format ``run`` will get. sm_scale: the softmax scale
     (natural-log units). kv_lens, q_lens: (batch,) int64 numpy arrays, cached tokens and query
-    tokens per request (host copies of the indptrs' differences).
+    tokens per request (host copies of the indptrs' differences). page_size: 0 for the contiguous
+    layout (``BackendPlan.run``), else the tokens per page of a paged cache (``run_paged``).
     """
 
     device: torch.device
@@ -39,10 +41,28 @@ class Layout:
     sm_scale: float
     kv_lens: np.ndarray
     q_lens: np.ndarray
+    page_size: int = 0
 
     @property
     def batch(self) -> int:
         return int(self.kv_lens.shape[0])
+
+
+class PageTable(NamedTuple):
+    """Where a paged call's tokens are (docs/SPEC.md §4), already checked by the API: token ``t``
+    of request ``b`` is row ``t % page_size`` of page ``table[b, t // page_size]`` (a block table,
+    ``page_indptr`` None) or ``table[page_indptr[b] + t // page_size]`` (CSR).
+
+    seq_lens: (batch,) int32/int64 cached tokens per request. table: the block table (batch,
+    max_pages) (unit last stride) or the CSR page indices (pages used,), int32/int64. page_indptr:
+    None or (batch+1,) int32/int64 prefix sums over ``table``. page_size: tokens per page (>= 1).
+    All on the plan's device; the values may differ from the plan's lengths, as for the indptrs.
+    """
+
+    seq_lens: torch.Tensor
+    table: torch.Tensor
+    page_indptr: torch.Tensor | None
+    page_size: int
 
 
 class BackendPlan(abc.ABC):
@@ -68,6 +88,14 @@ class BackendPlan(abc.ABC):
         (total_q, H, 512) bf16 contiguous, written; lse (total_q, H) float32 natural log, written
         when given. All arguments are checked by the API before the call.
         """
+
+    def run_paged(self, q: torch.Tensor, cache, pages: PageTable, qo_indptr: torch.Tensor, out: torch.Tensor,
+                  lse: torch.Tensor | None) -> None:
+        """``run`` for a paged cache (a plan of a layout with ``page_size`` > 0): ``cache`` holds
+        the pool's pages as ``num_pages * page_size`` rows, ``pages`` says where each request's
+        tokens are. Same rules otherwise (no sync, no allocation). Backends that do not read page
+        tables say so in ``unsupported``."""
+        raise NotImplementedError(f"{type(self).__name__} does not read paged caches")
 
 
 class Backend(abc.ABC):

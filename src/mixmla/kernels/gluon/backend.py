@@ -58,6 +58,8 @@ class GluonBackend(Backend):
     name = "gluon"
 
     def unsupported(self, layout: Layout) -> str | None:
+        if layout.page_size:
+            return "the Hopper kernel reads contiguous caches only; paged caches run on backend='triton'"
         return launch.layout_unsupported(_capability(layout.device), layout.fmt, layout.num_heads, _rows(layout),
                                          layout.batch)
 

@@ -65,12 +65,19 @@ class TritonPlan(BackendPlan):
         self._key = launch.plan_key(self.constants)
 
     def run(self, q, cache, kv_indptr, qo_indptr, out, lse) -> None:
-        launches = launch.launches(self.constants, q, cache, kv_indptr, qo_indptr, out, lse)
+        self._launch(q, cache, kv_indptr, qo_indptr, out, lse, None)
+
+    def run_paged(self, q, cache, pages, qo_indptr, out, lse) -> None:
+        self._launch(q, cache, None, qo_indptr, out, lse, pages)
+
+    def _launch(self, q, cache, kv_indptr, qo_indptr, out, lse, pages) -> None:
+        launches = launch.launches(self.constants, q, cache, kv_indptr, qo_indptr, out, lse, pages)
         if self._compiled is None:
             for one in launches:
                 launch.run(one)
         else:
-            self._compiled.launch(launches, (self._key, launch.call_key(q, cache, kv_indptr, qo_indptr, out, lse)))
+            key = launch.call_key(q, cache, kv_indptr, qo_indptr, out, lse, pages)
+            self._compiled.launch(launches, (self._key, key))
 
 
 class TritonBackend(Backend):

@@ -27,7 +27,7 @@ from triton.runtime.jit import JITFunction, create_function_from_signature
 
 from ... import formats
 from ...validate import check_sm_scale
-from ..backend import Layout
+from ..backend import Layout, PageTable
 from .backend import TritonPlan
 from .configs import KernelConfig
 from .launch import Launch, launches
@@ -36,12 +36,13 @@ SM90 = GPUTarget("cuda", 90, 32)  #: Hopper (the H200)
 GFX942 = GPUTarget("hip", "gfx942", 64)  #: AMD MI300 (CDNA3)
 
 
-def example_layout(fmt: str, num_heads: int = 16, q_len: int = 1, split: bool = True) -> Layout:
+def example_layout(fmt: str, num_heads: int = 16, q_len: int = 1, split: bool = True, page_size: int = 0) -> Layout:
     """A uniform batch the default configs plan as split (4 requests of 1024 tokens) or direct
-    (264 requests of 64 tokens), ``q_len`` query tokens each."""
+    (264 requests of 64 tokens), ``q_len`` query tokens each; in pages of ``page_size`` tokens
+    when it is > 0 (``plan_launches`` then builds a block table)."""
     batch, kv_len = (4, 1024) if split else (264, 64)
     return Layout(torch.device("cpu"), num_heads, fmt, check_sm_scale(None), np.full(batch, kv_len, np.int64),
-                  np.full(batch, q_len, np.int64))
+                  np.full(batch, q_len, np.int64), page_size)
 
 
 def _example_cache(fmt: str, rows: int, fnuz: bool):
@@ -63,7 +64,18 @@ def plan_launches(layout: Layout, config: KernelConfig | None = None, write_lse:
     out = torch.empty(total_q, h, formats.VALUE_DIM, dtype=torch.bfloat16)
     lse = torch.empty(total_q, h, dtype=torch.float32) if write_lse else None
     cache = _example_cache(layout.fmt, total_kv, fnuz)
-    return plan, launches(plan.constants, q, cache, kv_indptr, qo_indptr, out, lse)
+    if not layout.page_size:
+        return plan, launches(plan.constants, q, cache, kv_indptr, qo_indptr, out, lse)
+    # A paged call: the same rows as pages in order, read through a block table.
+    P = layout.page_size
+    pages = -(-layout.kv_lens // P)
+    table = torch.full((layout.batch, max(1, int(pages.max(initial=1)))), -1, dtype=torch.int32)
+    first = np.concatenate([[0], np.cumsum(pages)])
+    for b, n in enumerate(pages):
+        table[b, :n] = torch.arange(first[b], first[b] + n, dtype=torch.int32)
+    cache = _example_cache(layout.fmt, max(P, int(first[-1]) * P), fnuz)
+    seq_lens = torch.from_numpy(layout.kv_lens.astype(np.int32))
+    return plan, launches(plan.constants, q, cache, None, qo_indptr, out, lse, PageTable(seq_lens, table, None, P))
 
 
 class _TargetOnly:

@@ -1,7 +1,7 @@
 """The split-K MLA decode kernel.
 
 One program handles one work item of the plan (a request and one contiguous chunk of its cached
-tokens) for ``BLOCK_R`` query rows (a row is one (query token, head) pair). It reads each cached
+token positions, wherever ``paging`` says they are stored) for ``BLOCK_R`` query rows (a row is one (query token, head) pair). It reads each cached
 token once and uses it for every row, both as a key (576 values) and as a value (its first 512),
 keeps the online softmax in float32, and writes either the final bf16 output (when the request has
 a single chunk) or a normalized partial result and its log-sum-exp for ``combine.py``.
@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from ..constants import FMT_FP8, FMT_FP8_FNUZ, LN2
+from .paging import request_tokens, token_rows
 from .pieces import NOPE_HALF, ROPE_HALF, load_query_piece, store_value_rows
 from .softmax import finish_rows, online_softmax_step
 from .tiles import load_key_tile
@@ -45,17 +46,21 @@ def mla_decode_kernel(
     q_ptr, stride_qt, stride_qh,
     kv_ptr, kv_stride, scale_ptr, scale_stride,
     kv_indptr, qo_indptr,
+    pages, page_stride, page_indptr, max_pages, num_pages,
     work_req, work_split, work_nsplit,
     out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
     part_o_ptr, part_lse_ptr, rows_max,
     sm_scale,
     H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, FORMAT: tl.constexpr,
     DIRECT: tl.constexpr, WRITE_LSE: tl.constexpr, INTERPRETED: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, CSR: tl.constexpr,
 ):
     """Grid: (work items, row blocks).
 
     q (total_q, H, 576) bf16 with strides (stride_qt, stride_qh, 1). Cache rows and their scales
     as described in ``tiles.load_raw_tile`` (fp8: ``scale_ptr`` is the per-tensor float32 scale).
+    kv_indptr, pages, page_stride, page_indptr, max_pages, num_pages, PAGE_SIZE, CSR: where each
+    request's tokens are (``paging``; PAGE_SIZE 0 is the contiguous layout, the others unused).
     work_req/work_split/work_nsplit (num_work,) int32: the request of each work item, which chunk
     it is and how many chunks that request has. DIRECT: write ``out`` (total_q, H, 512) bf16 and
     ``lse`` (total_q, H) float32 natural log; otherwise write ``part_o`` (num_work, rows_max, 512)
@@ -68,8 +73,7 @@ def mla_decode_kernel(
     req = tl.load(work_req + work)
     split = tl.load(work_split + work)
     num_splits = tl.load(work_nsplit + work)
-    kv_start = tl.load(kv_indptr + req).to(tl.int64)
-    kv_len = (tl.load(kv_indptr + req + 1) - kv_start).to(tl.int32)
+    kv_first, kv_len = request_tokens(req, kv_indptr, pages, page_stride, page_indptr, max_pages, PAGE_SIZE, CSR)
     q_start = tl.load(qo_indptr + req).to(tl.int64)
     q_len = (tl.load(qo_indptr + req + 1) - q_start).to(tl.int32)
 
@@ -124,10 +128,10 @@ def mla_decode_kernel(
     acc_b = tl.zeros((BLOCK_R, NOPE_HALF), tl.float32)
     for t0 in range(t_begin, t_end, BLOCK_T):
         pos = t0 + tl.arange(0, BLOCK_T)
-        tok_ok = pos < t_end
+        tok, tok_ok = token_rows(kv_first, t0, pos < t_end, pages, num_pages, PAGE_SIZE, BLOCK_T)
         # One decoded tile serves as the keys (all 576 columns) and the values (the nope pieces).
         k_nope_a, k_nope_b, k_rope_a, k_rope_b = load_key_tile(
-            kv_ptr, kv_stride, scale_ptr, scale_stride, kv_start + pos, tok_ok, FORMAT, INTERPRETED)
+            kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_ok, FORMAT, INTERPRETED)
         scores = _dot(q_nope_a, tl.trans(k_nope_a), INTERPRETED)
         scores += _dot(q_nope_b, tl.trans(k_nope_b), INTERPRETED)
         scores += _dot(q_rope_a, tl.trans(k_rope_a), INTERPRETED)

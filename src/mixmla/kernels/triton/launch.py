@@ -26,6 +26,7 @@ from ...schedule import Schedule
 from .combine import mla_combine_kernel
 from .configs import KernelConfig
 from .decode import mla_decode_kernel
+from ..backend import PageTable
 from ..constants import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
 
 COMBINE_BLOCK_R = 16  #: rows per combine program
@@ -77,16 +78,34 @@ class PlanConstants(NamedTuple):
     interpreted: bool
 
 
-def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor,
-             out: torch.Tensor, lse: torch.Tensor | None) -> list[Launch]:
+def page_arguments(pages: PageTable | None, cache: KVCache) -> tuple:
+    """``(pages, page_stride, page_indptr, max_pages, num_pages, PAGE_SIZE, CSR)`` for the decode
+    kernel (``paging``): the page table of a paged call, or the contiguous layout's unused values
+    (PAGE_SIZE 0) when ``pages`` is None. ``cache`` holds the pool's pages as rows."""
+    if pages is None:
+        return None, 0, None, 0, 0, 0, False
+    num_pages = cache.num_tokens // pages.page_size
+    if pages.page_indptr is None:  # a block table
+        table = pages.table
+        return table, table.stride(0), None, table.shape[1], num_pages, pages.page_size, False
+    return pages.table, 0, pages.page_indptr, 0, num_pages, pages.page_size, True
+
+
+def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor | None,
+             qo_indptr: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
+             pages: PageTable | None = None) -> list[Launch]:
     """The launches of one call: decode, then combine unless the schedule is direct.
 
-    q (total_q, H, 576) bf16; cache a ``mixmla.formats`` container; kv_indptr, qo_indptr (batch+1,)
-    int32/int64 on q's device; out (total_q, H, 512) bf16, written; lse (total_q, H) float32
-    natural log, written when given.
+    q (total_q, H, 576) bf16; cache a ``mixmla.formats`` container (a paged pool as its rows);
+    kv_indptr (batch+1,) int32/int64 on q's device, or None with ``pages`` (the page table and the
+    cached-token counts of a paged call); qo_indptr (batch+1,); out (total_q, H, 512) bf16,
+    written; lse (total_q, H) float32 natural log, written when given.
     """
     s, config = plan.schedule, plan.config
     fmt, kv, kv_stride, scales, scale_stride = cache_arguments(cache)
+    table, page_stride, page_indptr, max_pages, num_pages, page_size, csr = page_arguments(pages, cache)
+    if pages is not None:
+        kv_indptr = pages.seq_lens
     work_req, work_split, work_nsplit, split_indptr = plan.work
     part_o, part_lse = plan.workspace
     write_lse = lse is not None
@@ -96,11 +115,13 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
         q, q.stride(0), q.stride(1),
         kv, kv_stride, scales, scale_stride,
         kv_indptr, qo_indptr,
+        table, page_stride, page_indptr, max_pages, num_pages,
         work_req, work_split, work_nsplit,
         out, out.stride(0), out.stride(1), lse_arg, lse_stride,
         part_o, part_lse, s.rows_max,
         plan.sm_scale,
         plan.num_heads, s.block_r, config.block_t, fmt, s.direct, write_lse, plan.interpreted,
+        page_size, csr,
     ), dict(num_warps=config.num_warps, num_stages=config.num_stages))
     if s.direct:
         return [decode]
@@ -149,14 +170,20 @@ def _signature(t: torch.Tensor | None) -> tuple | None:
     return None if t is None else (t.dtype, t.data_ptr() & 15, t.stride())
 
 
-def call_key(q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, out: torch.Tensor,
-             lse: torch.Tensor | None) -> tuple:
+def call_key(q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor | None, qo_indptr: torch.Tensor,
+             out: torch.Tensor, lse: torch.Tensor | None, pages: PageTable | None = None) -> tuple:
     """What Triton's specialization of a call's kernels depends on, for a given plan: each call
-    tensor's dtype, 16-byte alignment and strides (every per-call argument of ``launches`` is one
-    of these tensors or an integer read from their strides; the rest is the plan's)."""
+    tensor's dtype, 16-byte alignment and strides, and for a paged call its page size, the table's
+    tensors and the specialization of its integers (every per-call argument of ``launches`` is one
+    of these; the rest is the plan's)."""
     extra = cache.scale if isinstance(cache, Fp8Cache) else cache.scales if isinstance(cache, Mxfp4Cache) else None
-    return (_signature(q), _signature(cache.data), _signature(extra), _signature(kv_indptr), _signature(qo_indptr),
-            _signature(out), _signature(lse))
+    key = (_signature(q), _signature(cache.data), _signature(extra), _signature(kv_indptr), _signature(qo_indptr),
+           _signature(out), _signature(lse))
+    if pages is None:
+        return key
+    table, page_stride, page_indptr, max_pages, num_pages, page_size, csr = page_arguments(pages, cache)
+    return key + (page_size, csr, _signature(pages.seq_lens), _signature(table), _signature(page_indptr),
+                  _int_spec(page_stride), _int_spec(max_pages), _int_spec(num_pages))
 
 
 def launch_compiled(kernel: CompiledKernel, grid: tuple, stream: int, args: tuple) -> None:

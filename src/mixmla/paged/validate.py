@@ -1,0 +1,231 @@
+"""Argument checks of the paged entry points, run before any launch (the rules of ``mixmla.validate``,
+extended to page tables).
+
+Structural checks read metadata only (no sync): the page table's kind, dtypes, ranks, strides,
+batch and device; the pool's shape and page size. Value checks copy what the kernels will read
+to the host in one transfer (a sync on a GPU): every cached-token count is >= 0 and within its
+request's pages, every page entry a request uses lies in ``[0, num_pages)`` (entries past a
+request's tokens are not read and may hold anything, such as -1 padding), CSR page indptrs start
+at 0, do not decrease and end within the indices, ``qo_indptr`` as for the contiguous layout, the
+fp8 scale finite and > 0. Errors are ``TypeError``/``ValueError`` naming the argument.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .. import validate
+from ..formats import Fp8Cache
+from ..formats.paged import PagedCache, as_paged_cache, check_page_size
+from ..kernels.backend import PageTable
+
+TABLE_DTYPES = validate.INDPTR_DTYPES
+
+
+@dataclass(frozen=True)
+class PagedInputs:
+    """What the paged checks learned. cache: the pool as a ``PagedCache``; pages: the ``PageTable``
+    (the caller's tensors); num_heads, total_q; sm_scale (float); kv_lens (batch,) and qo_ptr
+    (batch+1,) int64 host values when the values were checked, else None."""
+
+    cache: Optional[PagedCache]
+    pages: PageTable
+    num_heads: int
+    total_q: int
+    sm_scale: float
+    kv_lens: Optional[np.ndarray]
+    qo_ptr: Optional[np.ndarray]
+
+    @property
+    def batch(self) -> int:
+        return int(self.pages.seq_lens.shape[0])
+
+
+def _vector(name: str, t, length: Optional[int], device) -> None:
+    """``t``: a 1-D int32/int64 tensor of unit stride (of ``length`` entries when given) on ``device``."""
+    allowed = " or ".join(str(d) for d in TABLE_DTYPES)
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a 1-D {allowed} torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in TABLE_DTYPES:
+        raise TypeError(f"{name} must have dtype {allowed}, got {t.dtype}")
+    if t.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+    if length is not None and t.shape[0] != length:
+        raise ValueError(f"{name} must have {length} entries, got {t.shape[0]}")
+    if t.shape[0] > 1 and t.stride(0) != 1:
+        raise ValueError(f"{name} must be contiguous (stride 1), got stride {t.stride(0)}")
+    if device is not None and not validate._same_device(t.device, device):
+        raise ValueError(f"{name} is on {t.device} but q is on {device}; all tensors must share one device")
+
+
+def block_table_pages(block_table, seq_lens, page_size, device=None) -> PageTable:
+    """Structure of the block-table form: block_table (batch, max_pages) int32/int64 with unit
+    last stride, seq_lens (batch,) int32/int64, both on ``device`` (default: block_table's)."""
+    page_size = check_page_size(page_size)
+    allowed = " or ".join(str(d) for d in TABLE_DTYPES)
+    if not isinstance(block_table, torch.Tensor):
+        raise TypeError(f"block_table must be a 2-D {allowed} torch.Tensor (batch, max_pages), got "
+                        f"{type(block_table).__name__}")
+    if block_table.dtype not in TABLE_DTYPES:
+        raise TypeError(f"block_table must have dtype {allowed}, got {block_table.dtype}")
+    if block_table.dim() != 2 or block_table.shape[0] < 1:
+        raise ValueError(f"block_table must be 2-D (batch, max_pages) with batch >= 1, got shape "
+                         f"{tuple(block_table.shape)}")
+    if block_table.shape[1] > 1 and block_table.stride(1) != 1:
+        raise ValueError(f"block_table must be contiguous along its last dim (stride 1), got strides "
+                         f"{block_table.stride()}")
+    device = block_table.device if device is None else device
+    if not validate._same_device(block_table.device, device):
+        raise ValueError(f"block_table is on {block_table.device} but q is on {device}; all tensors must share "
+                         f"one device")
+    _vector("seq_lens", seq_lens, block_table.shape[0], device)
+    return PageTable(seq_lens, block_table, None, page_size)
+
+
+def csr_pages(kv_indptr, kv_indices, kv_len, page_size, device=None) -> PageTable:
+    """Structure of the CSR form: kv_indptr (batch+1,) over pages, kv_indices (pages used,),
+    kv_len (batch,) cached tokens, all int32/int64 on ``device`` (default: kv_indptr's)."""
+    page_size = check_page_size(page_size)
+    validate.check_indptr("kv_indptr", kv_indptr, device=device, check_values=False)
+    device = kv_indptr.device if device is None else device
+    _vector("kv_indices", kv_indices, None, device)
+    _vector("kv_len", kv_len, kv_indptr.shape[0] - 1, device)
+    return PageTable(kv_len, kv_indices, kv_indptr, page_size)
+
+
+def _table_names(pages: PageTable) -> tuple[str, str]:
+    return ("seq_lens", "block_table") if pages.page_indptr is None else ("kv_len", "kv_indices")
+
+
+def check_values(pages: PageTable, num_pages: Optional[int], qo_indptr, total_q: Optional[int],
+                 max_q_len: Optional[int], cache=None) -> tuple[np.ndarray, np.ndarray]:
+    """The value rules (module doc), from one host transfer of the page table, ``qo_indptr`` and the
+    fp8 scale of ``cache`` (a container or ``PagedCache``, or None). num_pages: the pool's pages
+    (None: page entries are not checked, the pool being unknown yet). Returns ``(kv_lens (batch,),
+    qo_ptr (batch+1,))`` int64 host arrays."""
+    lens_name, table_name = _table_names(pages)
+    rows = cache.rows if isinstance(cache, PagedCache) else cache
+    tensors = [pages.seq_lens, pages.table] + ([pages.page_indptr] if pages.page_indptr is not None else [])
+    if qo_indptr is not None:
+        tensors.append(qo_indptr)
+    fp8 = isinstance(rows, Fp8Cache)
+    if fp8:
+        tensors.append(rows.scale)
+    host = validate._host_values(tensors)
+    kv_lens, table, P = host[0], host[1], pages.page_size
+    batch = kv_lens.shape[0]
+    if pages.page_indptr is None:
+        table = table.reshape(batch, pages.table.shape[1])
+        starts = np.zeros(batch, np.int64)
+        capacity = np.full(batch, pages.table.shape[1], np.int64)
+        next_host = 2
+    else:
+        page_ptr = validate._check_indptr_values("kv_indptr", host[2], max_last=table.shape[0])
+        starts, capacity = page_ptr[:-1], page_ptr[1:] - page_ptr[:-1]
+        next_host = 3
+    if (kv_lens < 0).any():
+        b = int(np.argmax(kv_lens < 0))
+        raise ValueError(f"{lens_name}[{b}] = {kv_lens[b]} is negative (cached tokens per request)")
+    over = kv_lens > capacity * P
+    if over.any():
+        b = int(np.argmax(over))
+        where = f"row {b} of {table_name}" if pages.page_indptr is None else f"kv_indptr[{b}]..kv_indptr[{b + 1}]"
+        raise ValueError(f"{lens_name}[{b}] = {kv_lens[b]} is beyond the table's capacity: {where} holds "
+                         f"{capacity[b]} pages of {P} tokens ({capacity[b] * P} tokens)")
+    if num_pages is not None:
+        _check_entries(table_name, table, starts, -(-kv_lens // P), num_pages, pages.page_indptr is None)
+    if qo_indptr is not None:
+        qo_ptr = validate._check_indptr_values("qo_indptr", host[next_host], last=total_q, max_len=max_q_len)
+    else:
+        qo_ptr = np.arange(batch + 1, dtype=np.int64)
+        if total_q is not None and total_q != batch:
+            raise ValueError(f"qo_indptr is None, which means one query row per request (batch = {batch}), but q "
+                             f"has total_q = {total_q} rows; pass qo_indptr")
+    if fp8:
+        value = float(host[-1][0])
+        if not math.isfinite(value) or value <= 0.0:
+            raise ValueError(f"cache: fp8 scale must be finite and > 0, got {value!r}")
+    return kv_lens, qo_ptr
+
+
+def _check_entries(name: str, table: np.ndarray, starts: np.ndarray, used: np.ndarray, num_pages: int,
+                   block: bool) -> None:
+    """Every page entry a request reads (its first ``used[b]``) lies in ``[0, num_pages)``."""
+    if block:
+        cols = np.arange(table.shape[1])[None, :]
+        bad = (cols < used[:, None]) & ((table < 0) | (table >= num_pages))
+        if bad.any():
+            b, j = (int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(f"{name}[{b}, {j}] = {table[b, j]} is not a page of the cache: expected 0 <= entry < "
+                             f"num_pages = {num_pages} (request {b} reads its first {used[b]} entries)")
+        return
+    flat = np.concatenate([np.arange(s, s + u) for s, u in zip(starts, used)]) if used.sum() else np.zeros(0, int)
+    bad = (table[flat] < 0) | (table[flat] >= num_pages)
+    if bad.any():
+        i = int(flat[np.argmax(bad)])
+        raise ValueError(f"{name}[{i}] = {table[i]} is not a page of the cache: expected 0 <= entry < "
+                         f"num_pages = {num_pages}")
+
+
+def check_cache(cache, page_size: Optional[int], device) -> PagedCache:
+    """The pool as a ``PagedCache`` on ``device`` with ``page_size`` tokens per page (when given);
+    errors name ``cache``."""
+    try:
+        paged = as_paged_cache(cache, page_size)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"cache: {err}") from err
+    if device is not None and not validate._same_device(paged.device, device):
+        raise ValueError(f"cache is on {paged.device} but q is on {device}; all tensors must share one device")
+    return paged
+
+
+def check_decode_inputs(q, cache, pages: PageTable, qo_indptr=None, sm_scale=None, out=None,
+                        check_values_: bool = True) -> PagedInputs:
+    """All checks of a one-call paged decode (``mla_decode_paged``, ``mla_decode_paged_csr``):
+    q (total_q, H, 576) bf16; the pool (its page size must be ``pages.page_size``); the page
+    table's structure (already made by ``block_table_pages`` / ``csr_pages``) on q's device;
+    qo_indptr (batch+1,) or None; sm_scale; out. With ``check_values_`` the values too."""
+    q = validate.check_q(q)
+    device = q.device
+    paged = check_cache(cache, pages.page_size, device)
+    scale = validate.check_sm_scale(sm_scale)
+    for name, t in zip(("seq_lens" if pages.page_indptr is None else "kv_len", "page table"),
+                       (pages.seq_lens, pages.table)):
+        if not validate._same_device(t.device, device):
+            raise ValueError(f"{name} is on {t.device} but q is on {device}; all tensors must share one device")
+    batch = pages.seq_lens.shape[0]
+    if qo_indptr is not None:
+        validate.check_indptr("qo_indptr", qo_indptr, device=device, batch=batch, check_values=False)
+    elif q.shape[0] != batch:
+        raise ValueError(f"qo_indptr is None, which means one query row per request (batch = {batch}), but q has "
+                         f"total_q = {q.shape[0]} rows; pass qo_indptr")
+    validate.check_out(out, q.shape[0], q.shape[1], device, inputs=[q, *validate._cache_tensors(paged.rows)])
+    kv_lens = qo_ptr = None
+    if check_values_:
+        kv_lens, qo_ptr = check_values(pages, paged.num_pages, qo_indptr, q.shape[0], None, paged)
+    return PagedInputs(paged, pages, q.shape[1], q.shape[0], scale, kv_lens, qo_ptr)
+
+
+def check_run_inputs(plan, q, cache, out=None) -> PagedCache:
+    """Structural checks of ``PagedDecodePlan.run`` (metadata only, no sync): q (total_q, H, 576)
+    bf16 on the plan's device with its H and total_q; the pool in the plan's format with its page
+    size; out. Returns the pool as a ``PagedCache``."""
+    q = validate.check_q(q, num_heads_supported=None)
+    if not validate._same_device(q.device, plan.device):
+        raise ValueError(f"q is on {q.device} but the plan was made for {plan.device}")
+    if q.shape[1] != plan.num_heads:
+        raise ValueError(f"q has {q.shape[1]} heads (shape {tuple(q.shape)}) but the plan was made for "
+                         f"num_heads = {plan.num_heads}")
+    if q.shape[0] != plan.total_q:
+        raise ValueError(f"q must have total_q = {plan.total_q} rows (the plan's qo_indptr[-1]), got shape "
+                         f"{tuple(q.shape)}")
+    paged = check_cache(cache, plan.page_size, q.device)
+    if paged.format != plan.fmt:
+        raise ValueError(f"cache: the plan was made for format {plan.fmt!r}, got a {paged.format!r} cache")
+    validate.check_out(out, plan.total_q, plan.num_heads, q.device, inputs=[q, *validate._cache_tensors(paged.rows)])
+    return paged

@@ -1,0 +1,61 @@
+"""The paged decode kernel compiled for Hopper (sm_90) on any machine: each format's default
+shape at page sizes 1, 64 and 128 fits an SM's shared memory, and pages of a whole tile keep the
+registers of the contiguous kernel of the same shape (no new spills); pages of one token are
+gathered and spill with fp8 and MXFP4 (a strict xfail, so a fix shows). Compiled in a child process with the interpreter off, as tests/test_compile_sm90.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FORMATS
+
+SHARED_MEMORY_LIMIT = 232448
+
+_CHILD = """
+import json, sys
+from mixmla.kernels.triton import compile as tc
+for fmt, page in json.loads(sys.argv[1]):
+    row = dict(fmt=fmt, page=page)
+    try:
+        plan, launches = tc.plan_launches(tc.example_layout(fmt, 16, 1, split=True, page_size=page))
+        k = tc.compile_launch(launches[0], tc.SM90)
+        row.update(shared=k.metadata.shared, stack=tc.resources(k)["stack"], regs=tc.resources(k).get("registers"))
+    except Exception as e:
+        row.update(error=repr(e)[:300])
+    print(json.dumps(row), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    root = os.path.join(os.path.dirname(__file__), "..")
+    cases = [(fmt, page) for fmt in FORMATS for page in (0, 1, 64, 128)]
+    env = dict(os.environ, TRITON_INTERPRET="0",
+               PYTHONPATH=os.pathsep.join([os.path.join(root, "src"), os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(cases)], capture_output=True, text=True, env=env,
+                         timeout=900)
+    results = {(r["fmt"], r["page"]): r for r in map(json.loads, run.stdout.splitlines())}
+    if not results:
+        pytest.skip(f"cannot compile for sm_90 here: {run.stderr[-300:]}")
+    return results
+
+
+GATHER_SPILLS = pytest.mark.xfail(strict=True, reason=(
+    "pages smaller than a tile are gathered token by token; with fp8 and MXFP4 the 16-row program "
+    "then spills (Triton 3.6, sm_90: 40 and 128 bytes of stack); the H200 run says what it costs"))
+
+
+@pytest.mark.parametrize("page", [pytest.param(1, id="1"), 64, 128])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_paged_kernel_fits_like_the_contiguous_one(compiled, fmt, page, request):
+    if page == 1 and fmt != "bf16":
+        request.applymarker(GATHER_SPILLS)
+    paged, contiguous = compiled[(fmt, page)], compiled[(fmt, 0)]
+    assert "error" not in paged, paged.get("error")
+    assert paged["shared"] <= SHARED_MEMORY_LIMIT
+    assert paged["stack"] <= contiguous["stack"], f"paged {paged} spills more than contiguous {contiguous}"

@@ -1,0 +1,259 @@
+"""Paged decode (``mixmla.paged``) against the float64 reference, on pools whose pages are shuffled
+and whose every row no request owns decodes to NaN (``scatter_to_pages``), so that a token read
+from the wrong row fails the strict check; outputs are poisoned before every call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import mixmla
+from mixmla.check import check_strict
+from mixmla.formats import as_paged_cache, empty_paged_cache, quantize
+from mixmla.kernels.backend import Layout
+from mixmla.paged import PageTable, scatter_to_pages
+from mixmla.reference import mla_decode_paged_reference
+
+from conftest import DEVICE, FORMATS, indptr, poisoned_out
+
+
+def batch(fmt, kv_lens, q_lens, page_size, seed=0, heads=16, spare_pages=3):
+    """(q, PagedBatch, qo_indptr or None) of a random batch laid out in shuffled pages."""
+    gen = torch.Generator().manual_seed(seed)
+    kv = torch.randn(sum(kv_lens), 576, generator=gen).to(DEVICE)
+    cache = quantize(kv, fmt)
+    paged = scatter_to_pages(cache, indptr(kv_lens), page_size, generator=gen, spare_pages=spare_pages)
+    q = torch.randn(sum(q_lens), heads, 576, generator=gen).to(DEVICE, torch.bfloat16)
+    qo = indptr(q_lens) if any(n != 1 for n in q_lens) else None
+    return q, paged, qo
+
+
+def assert_matches(out, lse, q, paged, pages, qo):
+    ref, ref_lse = mla_decode_paged_reference(q, paged.cache, pages, qo)
+    result = check_strict(out, ref)
+    assert result, result.message
+    empty = torch.isneginf(ref_lse).to(lse.device)
+    assert torch.equal(torch.isneginf(lse), empty), "lse must be -inf exactly where a query sees nothing"
+    assert (out[empty] == 0).all()
+    err = (lse[~empty].double() - ref_lse.to(lse.device)[~empty]).abs()
+    assert (err <= 1e-2 + 1e-3 * ref_lse.to(lse.device)[~empty].abs()).all(), f"lse off by {err.max()}"
+
+
+# Ragged: an empty request, lengths that are not multiples of the page size, one long enough to be
+# cut into several chunks (the split-K path and its merge).
+KV_LENS = [37, 0, 300, 5]
+Q_LENS = [1, 1, 3, 2]
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 64, 128])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_block_table_matches_reference(fmt, page_size):
+    q, paged, qo = batch(fmt, KV_LENS, Q_LENS, page_size, seed=page_size)
+    out = poisoned_out(q.shape[0], q.shape[1])
+    _, lse = mixmla.mla_decode_paged(q, paged.cache, paged.block_table, paged.seq_lens, qo_indptr=qo, out=out,
+                                     return_lse=True)
+    assert_matches(out, lse, q, paged, paged.block_pages, qo)
+
+
+@pytest.mark.parametrize("page_size", [1, 64])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_csr_matches_reference(fmt, page_size):
+    q, paged, qo = batch(fmt, [70, 0, 129], [1, 1, 1], page_size, seed=7 + page_size)
+    out = poisoned_out(q.shape[0], q.shape[1])
+    _, lse = mixmla.mla_decode_paged_csr(q, paged.cache, paged.kv_indptr, paged.kv_indices, paged.seq_lens, out=out,
+                                         return_lse=True)
+    assert_matches(out, lse, q, paged, paged.csr_pages, qo)
+
+
+def test_paged_equals_contiguous_bitwise():
+    """The same tokens give the same bits wherever they are stored: the page table changes only
+    where the kernel reads, not what it computes."""
+    gen = torch.Generator().manual_seed(3)
+    kv_lens = [100, 33]
+    cache = quantize(torch.randn(sum(kv_lens), 576, generator=gen).to(DEVICE), "mxfp4")
+    q = torch.randn(2, 32, 576, generator=gen).to(DEVICE, torch.bfloat16)
+    paged = scatter_to_pages(cache, indptr(kv_lens), 16, generator=gen)
+    contiguous = mixmla.mla_decode(q, cache, indptr(kv_lens))
+    assert torch.equal(mixmla.mla_decode_paged(q, paged.cache, paged.block_table, paged.seq_lens), contiguous)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_plan_reads_tables_in_place(fmt):
+    """A serving step: plan once, then grow a request by a token (and a new page) by writing the
+    plan's own table tensors in place, and run again: the new token is attended to."""
+    page_size = 16
+    q, paged, qo = batch(fmt, [31, 16, 9], [1, 1, 1], page_size, seed=11, spare_pages=4)
+    p = mixmla.plan_paged(paged.block_table, paged.seq_lens, page_size, num_heads=16, fmt=fmt)
+    assert p.backend == "triton" and p.page_size == page_size
+    out = poisoned_out(3, 16)
+    p.run(q, paged.cache, out=out, check=True)
+    assert_matches(out, p.run(q, paged.cache, return_lse=True)[1], q, paged, paged.block_pages, qo)
+    # Request 1 had exactly one full page: its 17th token goes to a spare page.
+    used = set(paged.block_table[paged.block_table >= 0].tolist())
+    spare = next(i for i in range(paged.cache.num_pages) if i not in used)
+    new_row = torch.randn(1, 576).to(DEVICE)
+    mixmla.append_kv(paged.cache, new_row.to(torch.bfloat16),
+                     torch.tensor([spare * page_size], dtype=torch.int64, device=DEVICE))
+    paged.block_table[1, 1] = spare
+    paged.seq_lens[1] += 1
+    out2, lse2 = p.run(q, paged.cache, return_lse=True)
+    assert_matches(out2, lse2, q, paged, paged.block_pages, qo)
+    assert not torch.equal(out2[1], out[1]), "the appended token must change request 1's output"
+
+
+def test_page_table_entries_past_the_tokens_are_not_read():
+    """vLLM pads block tables; entries past a request's pages may hold anything."""
+    q, paged, _ = batch("bf16", [20, 3], [1, 1], 16, seed=5)
+    table = paged.block_table.clone()
+    table_wide = torch.full((2, 6), -7, dtype=torch.int32, device=DEVICE)
+    table_wide[:, :table.shape[1]] = table
+    table_wide[0, 2:] = 10 ** 6
+    out = mixmla.mla_decode_paged(q, paged.cache, table_wide, paged.seq_lens)
+    ref = mixmla.mla_decode_paged(q, paged.cache, paged.block_table, paged.seq_lens)
+    assert torch.equal(out, ref)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: a ValueError naming the argument, before anything is written.
+
+def _bad_cases():
+    def shift(fn):
+        return fn
+
+    return {
+        "negative entry": (lambda b: b.block_table.__setitem__((0, 0), -1), "block_table[0, 0]"),
+        "entry past the pool": (lambda b: b.block_table.__setitem__((0, 1), b.cache.num_pages), "block_table[0, 1]"),
+        "length past the table": (lambda b: b.seq_lens.__setitem__(0, b.block_table.shape[1] * 16 + 1), "seq_lens[0]"),
+        "negative length": (lambda b: b.seq_lens.__setitem__(1, -1), "seq_lens[1]"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_cases()))
+def test_bad_block_table_is_a_value_error(case):
+    change, named = _bad_cases()[case]
+    q, paged, _ = batch("fp8", [20, 3], [1, 1], 16, seed=2)
+    change(paged)
+    out = poisoned_out(2, 16)
+    with pytest.raises(ValueError, match=named.replace("[", r"\[").replace("]", r"\]")):
+        mixmla.mla_decode_paged(q, paged.cache, paged.block_table, paged.seq_lens, out=out)
+    assert torch.isnan(out.float()).all(), "nothing may be written when a check fails"
+    # The plan's checked run says the same; the unchecked one reads nothing outside the pool.
+    if case != "negative length" and case != "length past the table":
+        p = mixmla.plan_paged(paged.block_table, paged.seq_lens, 16, fmt="fp8")
+        with pytest.raises(ValueError, match="block_table"):
+            p.run(q, paged.cache, check=True)
+        p.run(q, paged.cache)
+
+
+@pytest.mark.parametrize("entry", [-1, "num_pages", 2 ** 30])
+def test_unchecked_run_skips_pages_outside_the_pool(entry):
+    """Without check=True a bad page entry is the caller's error, yet the kernel reads nothing
+    outside the pool: that page's tokens are not seen, the request's other tokens are."""
+    q, paged, _ = batch("bf16", [20, 3], [1, 1], 16, seed=6)
+    good_page = int(paged.block_table[0, 1])
+    p = mixmla.plan_paged(paged.block_table, paged.seq_lens, 16)
+    paged.block_table[0, 0] = paged.cache.num_pages if entry == "num_pages" else entry
+    out = p.run(q, paged.cache)
+    rows = torch.arange(good_page * 16, good_page * 16 + 4, device=DEVICE)  # tokens 16..19 of request 0
+    seen = mixmla.Bf16Cache(paged.cache.rows.data[rows])
+    ref, _ = mixmla.mla_decode_reference(q[:1], seen, indptr([4]))
+    result = check_strict(out[:1], ref)
+    assert result, result.message
+
+
+@pytest.mark.parametrize("what,named", [
+    ("index past the pool", r"kv_indices\[\d+\]"),
+    ("indptr past the indices", "kv_indptr ends"),
+    ("length past the pages", r"kv_len\[2\]"),
+])
+def test_bad_csr_is_a_value_error(what, named):
+    q, paged, _ = batch("bf16", [20, 0, 40], [1, 1, 1], 16, seed=4)
+    kv_indptr, kv_indices, kv_len = paged.kv_indptr.clone(), paged.kv_indices.clone(), paged.seq_lens.clone()
+    if what == "index past the pool":
+        kv_indices[-1] = paged.cache.num_pages + 3
+    elif what == "indptr past the indices":
+        kv_indptr[-1] = kv_indices.shape[0] + 1
+    else:
+        kv_len[2] = 49
+    with pytest.raises(ValueError, match=named):
+        mixmla.mla_decode_paged_csr(q, paged.cache, kv_indptr, kv_indices, kv_len)
+
+
+def test_page_size_must_match_the_plan():
+    q, paged, _ = batch("bf16", [40, 3], [1, 1], 16, seed=1)
+    p = mixmla.plan_paged(paged.block_table, paged.seq_lens, 32)
+    with pytest.raises(ValueError, match="page_size is 32 but the cache's pages hold 16"):
+        p.run(q, paged.cache)
+
+
+def test_mxfp4_scales_of_the_wrong_shape():
+    pool = empty_paged_cache(4, 16, "mxfp4", device=DEVICE)
+    q = torch.zeros(1, 16, 576, dtype=torch.bfloat16, device=DEVICE)
+    table = torch.zeros(1, 1, dtype=torch.int32, device=DEVICE)
+    lens = torch.ones(1, dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="cache: mxfp4 scales"):
+        mixmla.mla_decode_paged(q, (pool.rows.data.view(4, 16, 288), torch.zeros(4, 16, 17, dtype=torch.uint8,
+                                                                                 device=DEVICE)), table, lens)
+    with pytest.raises(ValueError, match="cache: mxfp4 scales have pages of 8"):
+        mixmla.mla_decode_paged(q, (pool.rows.data.view(4, 16, 288), torch.zeros(8, 8, 18, dtype=torch.uint8,
+                                                                                 device=DEVICE)), table, lens)
+
+
+def test_structural_errors_name_the_argument():
+    q, paged, _ = batch("bf16", [20, 3], [1, 1], 16)
+    with pytest.raises(TypeError, match="block_table must have dtype"):
+        mixmla.mla_decode_paged(q, paged.cache, paged.block_table.float(), paged.seq_lens)
+    with pytest.raises(ValueError, match="seq_lens must have 2 entries"):
+        mixmla.mla_decode_paged(q, paged.cache, paged.block_table, paged.seq_lens[:1])
+    with pytest.raises(ValueError, match="block_table must be 2-D"):
+        mixmla.mla_decode_paged(q, paged.cache, paged.block_table[0], paged.seq_lens)
+    with pytest.raises(ValueError, match="qo_indptr is None"):
+        mixmla.mla_decode_paged(q[:1], paged.cache, paged.block_table, paged.seq_lens)
+    with pytest.raises(ValueError, match="page_size must be in"):
+        mixmla.plan_paged(paged.block_table, paged.seq_lens, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The pool's forms.
+
+def test_pool_forms_read_the_same_rows():
+    data = torch.randn(3, 8, 576).to(torch.bfloat16)
+    four_d = as_paged_cache(data.view(3, 8, 1, 576))
+    assert four_d.page_size == 8 and four_d.num_pages == 3 and torch.equal(four_d.rows.data, data.view(24, 576))
+    assert four_d.rows.data.data_ptr() == data.data_ptr(), "no copy"
+    codes = torch.zeros(3, 8, 288, dtype=torch.uint8)
+    scales_rows = torch.zeros(24 + 8, 24, dtype=torch.uint8)  # 2-D rows, padded as quantize_mxfp4 pads
+    assert as_paged_cache((codes, scales_rows)).rows.scales.shape == (32, 24)
+    with pytest.raises(ValueError, match="pages must follow each other"):
+        as_paged_cache(torch.zeros(3, 16, 576, dtype=torch.bfloat16)[:, :8])
+
+
+def test_gluon_declines_paged_layouts():
+    gluon = pytest.importorskip("mixmla.kernels.gluon.backend")
+    layout = Layout(torch.device("cpu"), 16, "fp8", 0.04, np.array([64]), np.array([1]), page_size=64)
+    assert "paged" in gluon.BACKEND.unsupported(layout)
+    with pytest.raises(ValueError, match="backend='gluon' cannot run this plan: .*paged"):
+        from mixmla.kernels.backend import get_backend
+        get_backend("gluon", layout)
+
+
+def test_readme_serving_loop_runs():
+    """README's serving-loop lines, on a pool of 3 pages and two requests, then checked."""
+    import os
+    import re
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "append_kv" in b)
+    gen = torch.Generator().manual_seed(8)
+    env = dict(mixmla=mixmla, num_pages=3,
+               block_table=torch.tensor([[2, 0], [1, -1]], dtype=torch.int32, device=DEVICE),
+               seq_lens=torch.tensor([70, 5], dtype=torch.int32, device=DEVICE),
+               new_kv=torch.randn(75, 576, generator=gen).to(DEVICE, torch.bfloat16),
+               q=torch.randn(2, 16, 576, generator=gen).to(DEVICE, torch.bfloat16))
+    env["slot_mapping"] = torch.tensor([2 * 64 + t for t in range(64)] + list(range(6)) + [64 + t for t in range(5)],
+                                       device=DEVICE)
+    exec(block.replace('device="cuda"', f'device="{DEVICE.type}"'), env)
+    ref, _ = mixmla.mla_decode_reference(env["q"], mixmla.quantize_mxfp4(env["new_kv"]), indptr([70, 5]))
+    result = check_strict(env["out"], ref)
+    assert result, result.message
