@@ -229,13 +229,17 @@ def test_pool_forms_read_the_same_rows():
         as_paged_cache(torch.zeros(3, 16, 576, dtype=torch.bfloat16)[:, :8])
 
 
-def test_gluon_declines_paged_layouts():
+def test_gluon_reads_pages_of_a_power_of_two_tokens():
+    from mixmla.kernels.gluon.launch import layout_unsupported
+    for page_size in (1, 16, 64, 128, 256):
+        assert layout_unsupported((9, 0), "fp8", 16, 16, 4, page_size) is None
+    assert "power-of-two" in layout_unsupported((9, 0), "mxfp4", 16, 16, 4, 48)
     gluon = pytest.importorskip("mixmla.kernels.gluon.backend")
-    layout = Layout(torch.device("cpu"), 16, "fp8", 0.04, np.array([64]), np.array([1]), page_size=64)
-    assert "paged" in gluon.BACKEND.unsupported(layout)
-    with pytest.raises(ValueError, match="backend='gluon' cannot run this plan: .*paged"):
+    layout = Layout(torch.device("cpu"), 16, "fp8", 0.04, np.array([64]), np.array([1]), page_size=48)
+    with pytest.raises(ValueError, match="backend='gluon' cannot run this plan"):
         from mixmla.kernels.backend import get_backend
         get_backend("gluon", layout)
+    assert gluon.BACKEND.unsupported(layout) is not None
 
 
 def test_readme_serving_loop_runs():

@@ -59,6 +59,27 @@ def test_paged_decode_on_gpu(fmt, page_size, heads):
     assert torch.equal(out_csr, out)
 
 
+@pytest.mark.parametrize("page_size", [1, 16, 64, 128])
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
+def test_paged_decode_on_the_hopper_kernel(fmt, page_size):
+    """backend='gluon' over a shuffled pool (block table and CSR) against the reference; both forms
+    read the same tokens in the same order, so they give the same bits."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    kv_lens = ragged(40, 1500, seed=50 + page_size)
+    q, _, paged, qo = problem(fmt, kv_lens, [1] * 40, page_size, seed=page_size)
+    out = poisoned_out(q.shape[0], 16, device=CUDA)
+    _, lse = mixmla.mla_decode_paged(q, paged.cache, paged.block_table, paged.seq_lens, qo_indptr=qo, out=out,
+                                     return_lse=True, backend="gluon")
+    ref, ref_lse = mla_decode_paged_reference(q, paged.cache, paged.block_pages, qo)
+    result = check_strict(out, ref)
+    assert result, result.message
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse))
+    out_csr = mixmla.mla_decode_paged_csr(q, paged.cache, paged.kv_indptr, paged.kv_indices, paged.seq_lens,
+                                          qo_indptr=qo, backend="gluon")
+    assert torch.equal(out_csr, out)
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_paged_plan_in_a_cuda_graph_serving_loop(fmt):
     """Capture append_kv (check=False) + plan.run once; each replay after writing the next token's

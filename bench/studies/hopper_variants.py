@@ -23,7 +23,7 @@ from mixmla.kernels.gluon.launch import HopperDecoder
 from mixmla.reference import default_sm_scale, mla_decode_reference
 from mixmla.check import check_strict
 
-SHAPES = [(256, 8192), (64, 8192), (32, 1024)]
+SHAPES = [(256, 8192), (64, 8192), (32, 1024), (4, 1024)]
 
 
 def compile_variant(fn, spec):

@@ -133,7 +133,8 @@ def plan_paged(block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int
     tokens per request (<= max_pages * page_size). Both on the device the plan runs on, kept by
     reference. page_size: tokens per page of the pool ``run`` gets. qo_indptr: (batch+1,) query
     tokens per request as prefix sums (None: one each). num_heads, fmt, sm_scale, config,
-    backend: as for ``mixmla.plan`` (paged caches run on the Triton kernels).
+    backend: as for ``mixmla.plan`` ('auto' runs paged caches on the Triton kernels; 'gluon'
+    takes the Hopper kernel, which reads pages of a power-of-two number of tokens).
     """
     pages = pvalidate.block_table_pages(block_table, seq_lens, page_size)
     return PagedDecodePlan(pages, qo_indptr, num_heads, fmt, sm_scale, config, backend)

@@ -1,8 +1,8 @@
 """The Gluon backend: the Hopper kernel of ``decode`` behind the interface of ``kernels.backend``.
 
 What it serves (``unsupported`` says why not, otherwise): an sm_90 GPU, fp8 (e4m3fn) and MXFP4
-caches, 16 query rows per request (16 heads, one query token), at most ``launch.MAX_BATCH``
-requests. 'auto' (``AUTO_MIN_TOKENS``) hands it the layouts where it measured faster than the
+caches, contiguous or paged (pages of a power-of-two number of tokens, block table or CSR), 16
+query rows per request (16 heads, one query token), at most ``launch.MAX_BATCH`` requests. 'auto' (``AUTO_MIN_TOKENS``) hands it the layouts where it measured faster than the
 Triton kernels on the H200; smaller batches go to Triton, whose per-call cost is lower there.
 """
 
@@ -39,15 +39,37 @@ class HopperPlan(BackendPlan):
         sms = torch.cuda.get_device_properties(layout.device).multi_processor_count
         programs = max(1, min(launch.PROGRAMS_PER_SM * sms, -(-units // MIN_UNITS_PER_PROGRAM)))
         self.sm_scale = layout.sm_scale
-        self.decoders = {lse: launch.HopperDecoder(layout.batch, layout.num_heads, layout.fmt, layout.device,
-                                                   write_lse=lse, programs=programs) for lse in (False, True)}
-        self.decoders[True].share_workspace(self.decoders[False])
+        # Per (page-table form, lse): contiguous plans launch form 0; paged plans form 1 (block
+        # table) or 2 (CSR), whichever run_paged gets. One workspace: they never run at once.
+        forms = (1, 2) if layout.page_size else (0, )
+        self.decoders = {(form, lse): launch.HopperDecoder(layout.batch, layout.num_heads, layout.fmt, layout.device,
+                                                           write_lse=lse, programs=programs, paged=form)
+                         for form in forms for lse in (False, True)}
+        first = next(iter(self.decoders.values()))
+        for decoder in self.decoders.values():
+            if decoder is not first:
+                decoder.share_workspace(first)
 
-    def run(self, q, cache, kv_indptr, qo_indptr, out, lse) -> None:
+    def _check_cache(self, cache) -> None:
         reason = launch.cache_unsupported(cache)
         if reason is not None:
             raise ValueError(f"cache: the Hopper kernel {reason}; plan with backend='triton'")
-        self.decoders[lse is not None].launch(q, cache, kv_indptr, qo_indptr, out, lse, self.sm_scale)
+
+    def run(self, q, cache, kv_indptr, qo_indptr, out, lse) -> None:
+        self._check_cache(cache)
+        self.decoders[0, lse is not None].launch(q, cache, kv_indptr, qo_indptr, out, lse, self.sm_scale)
+
+    def run_paged(self, q, cache, pages, qo_indptr, out, lse) -> None:
+        self._check_cache(cache)
+        # The kernel bounds a request's tokens by its pages in int32.
+        capacity = pages.table.shape[-1] if pages.page_indptr is None else pages.table.shape[0]
+        if capacity * pages.page_size >= 2 ** 31:
+            raise ValueError(f"pages: the Hopper kernel addresses fewer than 2**31 tokens per request, the table "
+                             f"holds {capacity} pages of {pages.page_size}; plan with backend='triton'")
+        form = 1 if pages.page_indptr is None else 2
+        self.decoders[form, lse is not None].launch(q, cache, pages.seq_lens, qo_indptr, out, lse, self.sm_scale,
+                                                    table=pages.table, page_indptr=pages.page_indptr,
+                                                    page_size=pages.page_size)
 
 
 def _capability(device: torch.device) -> tuple[int, int] | None:
@@ -58,10 +80,8 @@ class GluonBackend(Backend):
     name = "gluon"
 
     def unsupported(self, layout: Layout) -> str | None:
-        if layout.page_size:
-            return "the Hopper kernel reads contiguous caches only; paged caches run on backend='triton'"
         return launch.layout_unsupported(_capability(layout.device), layout.fmt, layout.num_heads, _rows(layout),
-                                         layout.batch)
+                                         layout.batch, layout.page_size)
 
     def plan(self, layout: Layout, config=None) -> HopperPlan:
         if config is not None:
@@ -70,7 +90,9 @@ class GluonBackend(Backend):
 
     def preferred(self, layout: Layout) -> bool:
         """Whether 'auto' should pick this backend for ``layout`` (measured faster there)."""
-        return self.unsupported(layout) is None and int(layout.kv_lens.sum()) >= AUTO_MIN_TOKENS
+        # Paged layouts stay on Triton under 'auto' until the Hopper kernel's paged reads are timed.
+        return (layout.page_size == 0 and self.unsupported(layout) is None
+                and int(layout.kv_lens.sum()) >= AUTO_MIN_TOKENS)
 
 
 BACKEND = GluonBackend()
