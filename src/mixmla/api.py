@@ -54,6 +54,7 @@ class DecodePlan:
         layout = Layout(self.device, self.num_heads, fmt, scale, kv_host[1:] - kv_host[:-1], qo_host[1:] - qo_host[:-1])
         chosen = get_backend(backend, layout)
         self.backend = chosen.name
+        self._out_dtypes = chosen.out_dtypes
         self._plan = chosen.plan(layout, config)
         # The indptrs are kept by reference when already int32 on the device, so that in-place
         # updates between graph replays are seen.
@@ -85,21 +86,28 @@ class DecodePlan:
 
         q: (total_q, H, 576) bf16 on the plan's device (stride(-1) == 1). cache: the plan's format
         (container or benchmark form) with at least ``total_kv`` rows. out: optional contiguous
-        (total_q, H, 512) bf16; without it the plan's own buffer ``self.out`` is written and
-        returned. kv_indptr, qo_indptr: optional (batch+1,) int32/int64 device tensors that replace the
-        planned ones for this call (same batch; no request may have more query tokens than at plan
-        time); the chunk bounds are derived from them on the device, so any lengths are correct,
+        (total_q, H, 512) bf16, or float32 (the normalized output before its rounding to bf16; the
+        Triton backend writes it, others raise ValueError); without it the plan's own bf16 buffer
+        ``self.out`` is written and returned. kv_indptr, qo_indptr: optional (batch+1,)
+        int32/int64 device tensors that replace the planned ones for this call (same batch; no
+        request may have more query tokens than at plan time); the chunk bounds are derived from them on the device, so any lengths are correct,
         only the balance is the plan's. Returns out, or ``(out, lse)`` with lse (total_q, H)
         float32 (natural-log log-sum-exp of the scaled scores; ``-inf`` for a query that sees no
         cached token).
         """
         kv_cache = validate.check_run_inputs(self, q, cache, out, kv_indptr, qo_indptr)
+        self._check_out_dtype(out)
         kv_indptr = self.kv_indptr if kv_indptr is None else kv_indptr
         qo_indptr = self.qo_indptr if qo_indptr is None else qo_indptr
         out = self.out if out is None else out
         lse = self.lse if return_lse else None
         self._plan.run(q, kv_cache, kv_indptr, qo_indptr, out, lse)
         return (out, lse) if return_lse else out
+
+    def _check_out_dtype(self, out: torch.Tensor | None) -> None:
+        if out is not None and out.dtype not in self._out_dtypes:
+            raise ValueError(f"out: the {self.backend} backend writes {' or '.join(map(str, self._out_dtypes))}, "
+                             f"got {out.dtype}; plan with backend='triton' for a float32 out")
 
     def __repr__(self) -> str:
         s = self.schedule
@@ -134,14 +142,19 @@ def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch
     bytes (N, 1, 288), E8M0 scales (>=N, >=18))). kv_indptr, qo_indptr: (batch+1,) int32/int64
     prefix sums (qo_indptr None: one query token per request). With Lq > 1 query tokens, token i
     sees cache rows 0 .. Lk-Lq+i of its request. sm_scale: default 1/sqrt(576).
-    out: optional contiguous (total_q, H, 512) bf16 to write. config, backend: as for ``plan``.
+    out: optional contiguous (total_q, H, 512) bf16 to write, or float32 to get the output before
+    its rounding to bf16 (for merging partial results, as ``mixmla.distributed`` does; 'auto' then
+    means the Triton backend, the one that writes float32). config, backend: as for ``plan``.
     Returns out (a new tensor unless given) and, with ``return_lse``, lse (total_q, H) float32
     natural log.
     """
     checked = validate.check_decode_inputs(q, cache, kv_indptr, qo_indptr, sm_scale, out)
+    if backend == "auto" and out is not None and out.dtype == torch.float32:
+        backend = "triton"  # the backend whose kernels write float32
     # The plan is this call's alone, so its own buffers are the results.
     p = DecodePlan(kv_indptr, qo_indptr, q.shape[1], checked.cache.format, checked.sm_scale, q.device, config,
                    backend, _checked=checked)
+    p._check_out_dtype(out)
     out = p.out if out is None else out
     p._plan.run(q, checked.cache, p.kv_indptr, p.qo_indptr, out, p.lse if return_lse else None)
     return (out, p.lse) if return_lse else out
