@@ -115,9 +115,12 @@ def case_inputs(case: dict):
 # Tasks: run on every rank of the pool.
 
 def dcp_cases(cases: list) -> list:
-    """dcp_decode of every case on this rank's shard: a list of (out, lse) per case."""
+    """dcp_decode of every case on this rank's shard, and this rank's partial result computed
+    apart by mla_decode on the shard with a float32 out: per case (out, lse, part, part_lse)."""
+    import torch
     import torch.distributed as dist
 
+    from mixmla import mla_decode
     from mixmla.distributed import dcp_decode, shard_kv
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -126,7 +129,8 @@ def dcp_cases(cases: list) -> list:
         q, cache, kv_indptr = case_inputs(case)
         shard = shard_kv(cache, kv_indptr, world, rank, case["interleave"])
         out, lse = dcp_decode(q, shard, schedule=case["schedule"], return_lse=True)
-        results.append((out.clone(), lse.clone()))
+        part, part_lse = mla_decode(q, *shard, out=torch.empty(q.shape[0], q.shape[1], 512), return_lse=True)
+        results.append((out.clone(), lse.clone(), part, part_lse.clone()))
     return results
 
 

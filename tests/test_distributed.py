@@ -2,10 +2,21 @@
 process, dcp_decode in groups of 2 and 4 gloo processes on CPU (``dcp_workers``), the kernels in
 Triton's interpreter.
 
-What dcp_decode is compared with: the single-process ``mla_decode`` on the unsharded cache, taken
-as its float32 output rounded to bf16 to nearest even, which is what the decode kernels write on
-a GPU (``test_float32_out`` shows the GPU build rounds with ``cvt.rn``); Triton 3.6's interpreter
-truncates instead, so its bf16 output would add a rounding difference that is not the merge's.
+What dcp_decode is held to:
+
+- **The merge adds only the final rounding.** Its output is within one bf16 step (and float32's
+  rounding of the terms, ``merge_error_bound``) of the float64 merge (``merge_reference``) of
+  the ranks' float32 partial results, which the test recomputes with ``mla_decode`` on each
+  shard; so within one bf16 rounding, relative L2 <= 2e-3; and its lse within 1e-5 of that
+  merge's.
+- **Against the unsharded single-process decode**: the lse within 1e-5, the same empty requests,
+  and the strict check against the float64 reference. The outputs themselves are not compared
+  at 2e-3: the decode kernel rounds each probability to bf16 for the value product, relative to
+  the running maximum of the tokens it has seen, so two different splits of the same tokens
+  (shards vs. the unsharded split) round differently. Both are equally close to float64, but they
+  differ from each other by more than one bf16 rounding (up to 2.6e-3 relative L2 measured on
+  these shapes with the GPU's round-to-nearest-even emulated in the interpreter; Triton 3.6's
+  interpreter truncates, which makes it larger). docs/ARCHITECTURE.md has the numbers.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import mixmla
 from mixmla.check import check_strict
 from mixmla.distributed import (SCHEDULES, KVShard, dcp_decode, dcp_plan, global_lse, local_lengths,
                                 merge_partials, rank_weights, shard_kv)
+from mixmla.distributed.merge import merge_error_bound, merge_reference
 from mixmla.formats import Bf16Cache, Fp8Cache, Mxfp4Cache, as_cache, dequantize
 from mixmla.inputs import generate_ragged
 
@@ -71,10 +83,19 @@ def _rel_l2(a, b):
     return float((a - b).norm() / b.norm())
 
 
+def _assert_exact_merge(case, out, lse, parts, part_lses):
+    """out, lse: dcp's; parts (N, T, H, 512) float32 and part_lses (N, T, H): the ranks' partials."""
+    ref_out, ref_lse = merge_reference(parts, part_lses)
+    err = (out.double() - ref_out).abs()
+    assert bool((err <= merge_error_bound(ref_out, parts, part_lses, ref_lse)).all()), case
+    assert _rel_l2(out, ref_out) <= REL_L2_TOL, case
+    seen = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), seen) and float((lse - ref_lse)[seen].abs().max()) <= LSE_TOL, case
+
+
 def _assert_matches_single(case, out, lse):
     out32, lse1, ref = _single(case)
     assert out.dtype == torch.bfloat16 and out.shape == out32.shape and lse.dtype == torch.float32
-    assert _rel_l2(out, out32.to(torch.bfloat16)) <= REL_L2_TOL, case
     empty = torch.isneginf(lse1)
     assert torch.equal(torch.isneginf(lse), empty), case  # the empty request, and nothing else
     assert float((lse - lse1)[~empty].abs().max()) <= LSE_TOL, case
@@ -90,7 +111,7 @@ def _same_bytes(a, b):
 
 def _assert_same_bytes_on_every_rank(per_rank):
     for r, results in enumerate(per_rank[1:], 1):
-        for k, ((out0, lse0), (out, lse)) in enumerate(zip(per_rank[0], results)):
+        for k, ((out0, lse0, *_), (out, lse, *_)) in enumerate(zip(per_rank[0], results)):
             assert torch.equal(out.view(torch.int16), out0.view(torch.int16)), f"case {k}: rank {r} out differs"
             assert torch.equal(lse.view(torch.int32), lse0.view(torch.int32)), f"case {k}: rank {r} lse differs"
 
@@ -218,6 +239,20 @@ def test_merge_weighs_empty_ranks_zero_and_keeps_rows_no_rank_saw_empty():
     assert torch.allclose(g[0].double(), lse64, rtol=1e-6) and torch.allclose(out[0].double(), expect, atol=1e-5)
 
 
+def test_the_merge_bound_tells_float32_partials_from_bf16_ones():
+    """merge_error_bound holds for the float32 merge of float32 partials, with room to spare, and
+    fails when the partials were rounded to bf16 first (what a merge of bf16 outputs would do)."""
+    gen = torch.Generator().manual_seed(3)
+    parts = torch.randn(4, 8, 16, 512, generator=gen) * 0.1
+    lse = torch.randn(4, 8, 16, generator=gen) * 2 + 8
+    ref, ref_lse = merge_reference(parts, lse)
+    bound = merge_error_bound(ref, parts, lse, ref_lse)
+    good, _ = merge_partials(parts, lse)
+    bad, _ = merge_partials(parts.to(torch.bfloat16).float(), lse)
+    assert float(((good.to(torch.bfloat16).double() - ref).abs() / bound).max()) <= 0.5 + 1e-3
+    assert float(((bad.to(torch.bfloat16).double() - ref).abs() / bound).max()) > 10
+
+
 def test_global_lse_is_the_log_sum_exp():
     lse = torch.randn(4, 100, generator=torch.Generator().manual_seed(2)) * 10
     assert torch.allclose(global_lse(lse).double(), torch.logsumexp(lse.double(), 0), rtol=1e-6)
@@ -226,7 +261,8 @@ def test_global_lse_is_the_log_sum_exp():
 @pytest.mark.parametrize("fmt", [pytest.param(f, marks=() if f == "mxfp4" else pytest.mark.slow) for f in FORMATS])
 def test_merged_shards_match_the_unsharded_decode(fmt):
     """The merge alone, in one process: mla_decode's float32 partials of 4 shards (interleave 1:
-    every request spread thin) merged equal the unsharded decode."""
+    every request spread thin), merged: the exact merge but for the final rounding, and the
+    unsharded decode's lse and accuracy."""
     case = _case(fmt, 1, "allgather")
     q, cache, kv_indptr = case_inputs(case)
     parts, lses = [], []
@@ -236,6 +272,7 @@ def test_merged_shards_match_the_unsharded_decode(fmt):
         parts.append(o)
         lses.append(lse.clone())
     out, lse = merge_partials(torch.stack(parts), torch.stack(lses))
+    _assert_exact_merge(case, out.to(torch.bfloat16), lse, torch.stack(parts), torch.stack(lses))
     _assert_matches_single(case, out.to(torch.bfloat16), lse)
 
 
@@ -305,9 +342,13 @@ def pools():
 def _run_and_check(pool, cases):
     per_rank = pool.run("dcp_cases", cases)
     _assert_same_bytes_on_every_rank(per_rank)
-    for case, (out, lse) in zip(cases, per_rank[0]):
+    for k, case in enumerate(cases):
+        out, lse = per_rank[0][k][:2]
+        parts = torch.stack([results[k][2] for results in per_rank])
+        part_lses = torch.stack([results[k][3] for results in per_rank])
+        _assert_exact_merge(case, out, lse, parts, part_lses)
         _assert_matches_single(case, out, lse)
-    return per_rank[0]
+    return [r[:2] for r in per_rank[0]]
 
 
 def _both_schedules_agree(cases, results):
@@ -383,5 +424,4 @@ def test_dcp_decode_misuse_raises_the_same_clear_error_on_every_rank(pools):
         assert kind == "raised" and re.search(want, rest[1]), (rank, rest)
     out0, out1 = per_rank[0]["correct call afterwards"][1], per_rank[1]["correct call afterwards"][1]
     assert torch.equal(out0.view(torch.int16), out1.view(torch.int16))
-    out32, _, _ = _single(case)
-    assert _rel_l2(out0, out32.to(torch.bfloat16)) <= REL_L2_TOL
+    _assert_matches_single(case, out0, _single(case)[1])

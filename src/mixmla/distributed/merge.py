@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["global_lse", "rank_weights", "scaled_partial", "sum_in_rank_order", "merge_partials"]
+__all__ = ["global_lse", "rank_weights", "scaled_partial", "sum_in_rank_order", "merge_partials", "merge_reference",
+           "merge_error_bound"]
 
 
 def _finite_or_zero(x: torch.Tensor) -> torch.Tensor:
@@ -64,3 +65,30 @@ def merge_partials(parts: torch.Tensor, lse_parts: torch.Tensor) -> tuple[torch.
     lse = global_lse(lse_parts)
     weights = rank_weights(lse_parts, lse)
     return sum_in_rank_order(scaled_partial(parts, weights)), lse
+
+
+def merge_reference(parts: torch.Tensor, lse_parts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same merge in float64 with torch's log-sum-exp, to check ``merge_partials`` and
+    ``dcp_decode`` against: parts (N, ..., 512), lse_parts (N, ...) -> ``(out (..., 512), lse
+    (...))`` float64. ``merge_error_bound`` says how far the float32 merge rounded to bf16 may lie
+    from it."""
+    lse_parts = lse_parts.double()
+    lse = torch.logsumexp(lse_parts, dim=0)
+    weights = torch.exp(lse_parts - _finite_or_zero(lse)).nan_to_num(0.0)
+    return (weights.unsqueeze(-1) * parts.double()).sum(dim=0), lse
+
+
+def merge_error_bound(ref_out: torch.Tensor, parts: torch.Tensor, lse_parts: torch.Tensor,
+                      ref_lse: torch.Tensor) -> torch.Tensor:
+    """How far ``merge_partials``'s output rounded to bf16 may lie from ``merge_reference``'s
+    (``ref_out``, ``ref_lse``) of the same parts, elementwise, float64 of ref_out's shape: one bf16
+    step of the result (its rounding, half a step, with a factor 2 to spare), plus float32's
+    rounding of the terms, 2**-18 of sum_r w_r |o_r|: the weights exp(lse_r - lse) carry the
+    float32 error of lse values of magnitude ~10 (about 2**-20 relative) and the N additions a few
+    float32 epsilons. Where the ranks' terms cancel, the second part is what counts; where no rank
+    saw a token, both are 0. Merging bf16-rounded partials instead misses it by orders of
+    magnitude (the terms' own bf16 rounding is 2**-9 of them)."""
+    _, exponent = torch.frexp(ref_out.abs())
+    step = torch.where(ref_out == 0, torch.zeros_like(ref_out), torch.ldexp(torch.ones_like(ref_out), exponent - 8))
+    weights = torch.exp(lse_parts.double() - _finite_or_zero(ref_lse)).nan_to_num(0.0)
+    return step + 2.0 ** -18 * (weights.unsqueeze(-1) * parts.double().abs()).sum(dim=0)

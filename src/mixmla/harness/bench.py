@@ -33,6 +33,7 @@ examples:
   mixmla bench --quick --peers none          fewer repetitions, no peers
   mixmla bench --shape 32,1,8192 --shape 4,4,1024,32 --paths fp8,mxfp4
   mixmla bench --spec shapes.txt --out bench/results/today
+  torchrun --nproc-per-node 2 -m mixmla bench --dcp     decode context parallelism on 2 GPUs (NCCL)
 
 Without a CUDA GPU it says so and runs a tiny Triton-interpreter demo (correctness only).
 Exit status: 0 when every mixmla path passed its strict check, 1 otherwise (peers do not count)."""
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wall-clock budget of the whole run in seconds; later cases are skipped past it "
                         f"(default {DEFAULT_BUDGET_S:.0f})")
     p.add_argument("--ceiling-gb", type=float, default=3.0, help="buffer size of the HBM ceiling measurement, GiB")
+    from .dcp_bench import add_arguments
+
+    add_arguments(p)
     return p
 
 
@@ -265,6 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"mixmla bench: {e}", file=sys.stderr)
         return 2
+    if args.dcp:  # decode context parallelism over the torchrun ranks: the cache formats of --paths
+        from .dcp_bench import run_dcp
+
+        fmts = [p for p in paths if p != "auto"]
+        if not fmts:
+            print("mixmla bench --dcp: --paths names no cache format (bf16, fp8, mxfp4)", file=sys.stderr)
+            return 2
+        return run_dcp(args, specs if (args.shape or args.spec) else None, fmts)
     if not paths and not peer_names:
         print("mixmla bench: nothing to run (no paths, no peers)", file=sys.stderr)
         return 2
