@@ -39,6 +39,11 @@ from mixmla.inputs import generate_ragged
 from conftest import FORMATS
 from dcp_workers import GlooPool, case_inputs
 
+#: These run the kernels on CPU tensors: only in Triton's interpreter (on a GPU machine, run them
+#: with TRITON_INTERPRET=1; ``mixmla bench --dcp`` is the GPU form of the same checks).
+needs_interpreter = pytest.mark.skipif(not mixmla.interpreter.active(),
+                                       reason="runs the kernels on CPU tensors: needs TRITON_INTERPRET=1")
+
 #: Ragged lengths: an empty request, requests shorter than the world size (some ranks hold none of
 #: their tokens), and requests long enough that the local decode splits them into chunks.
 KV_LENS = [0, 1, 3, 150, 200]
@@ -258,6 +263,7 @@ def test_global_lse_is_the_log_sum_exp():
     assert torch.allclose(global_lse(lse).double(), torch.logsumexp(lse.double(), 0), rtol=1e-6)
 
 
+@needs_interpreter
 @pytest.mark.parametrize("fmt", [pytest.param(f, marks=() if f == "mxfp4" else pytest.mark.slow) for f in FORMATS])
 def test_merged_shards_match_the_unsharded_decode(fmt):
     """The merge alone, in one process: mla_decode's float32 partials of 4 shards (interleave 1:
@@ -289,6 +295,7 @@ def world_of_one():
         dist.destroy_process_group()
 
 
+@needs_interpreter
 @pytest.mark.parametrize("fmt", [pytest.param(f, marks=() if f == "fp8" else pytest.mark.slow) for f in FORMATS])
 def test_a_group_of_one_gives_the_bits_of_mla_decode(world_of_one, fmt):
     """With one rank the merge weighs the one partial by exp(0) = 1, so the result is mla_decode's
@@ -363,6 +370,7 @@ def _both_schedules_agree(cases, results):
             assert torch.equal(la.view(torch.int32), lb.view(torch.int32)), key
 
 
+@needs_interpreter
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_dcp_decode_matches_the_unsharded_decode(pools, world_size):
     """Every format with interleave 1 (all-gather) and 64 (reduce-scatter), on a ragged batch with
@@ -377,6 +385,7 @@ def test_dcp_decode_matches_the_unsharded_decode(pools, world_size):
     _both_schedules_agree(cases, results)
 
 
+@needs_interpreter
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_dcp_decode_every_combination(pools, world_size):
@@ -387,6 +396,7 @@ def test_dcp_decode_every_combination(pools, world_size):
     _both_schedules_agree(cases, results)
 
 
+@needs_interpreter
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_dcp_decode_more_heads_and_seeds(pools, world_size):
@@ -399,6 +409,7 @@ def test_dcp_decode_more_heads_and_seeds(pools, world_size):
     _both_schedules_agree(cases, results)
 
 
+@needs_interpreter
 def test_dcp_decode_misuse_raises_the_same_clear_error_on_every_rank(pools):
     """Each misuse raises on every rank (none is left waiting in a collective), with a message that
     says what is wrong; a correct call afterwards still works."""

@@ -36,6 +36,7 @@ def _kernel_rounding(x: torch.Tensor) -> torch.Tensor:
 
 def _inputs(fmt, kv_lens=(0, 1, 70, 200), heads=16, seed=4):
     q, cache, kv_indptr = case_inputs(dict(kv_lens=list(kv_lens), fmt=fmt, heads=heads, seed=seed, form="container"))
+    cache = type(cache)(*(t.to(DEVICE) for t in vars(cache).values()))  # the container's fields, in order
     return q.to(DEVICE), cache, kv_indptr.to(DEVICE)
 
 
@@ -44,8 +45,6 @@ def test_float32_out_is_the_bf16_out_before_its_rounding(fmt):
     """Requests of 1 and 70 tokens (one chunk: the decode kernel writes out) and 200 (chunks: the
     combine kernel writes it), and an empty one; mla_decode and DecodePlan.run."""
     q, cache, kv_indptr = _inputs(fmt)
-    if DEVICE.type == "cuda":
-        cache = type(cache)(*(t.to(DEVICE) for t in vars(cache).values()))
     out16, lse16 = api.mla_decode(q, cache, kv_indptr, out=poisoned_out(4, 16), return_lse=True)
     out32 = torch.full((4, 16, 512), float("nan"), device=DEVICE)
     got, lse32 = api.mla_decode(q, cache, kv_indptr, out=out32, return_lse=True)

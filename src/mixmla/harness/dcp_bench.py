@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 __all__ = ["add_arguments", "default_specs", "run_dcp", "LONG_TOKENS", "SCHEMA"]
@@ -491,9 +492,13 @@ def run_dcp(args, specs: list[dict] | None, fmts: list[str]) -> int:
     from .env import device_info
     from .timing import L2Flusher
 
-    schedules = select(args.schedules, SCHEDULES, "schedule")
-    if args.interleave < 1 or args.reps < 1:
-        print("mixmla bench --dcp: --interleave and --reps must be >= 1")
+    try:
+        schedules = select(args.schedules, SCHEDULES, "schedule")
+    except ValueError as err:
+        print(f"mixmla bench --dcp: {err}", file=sys.stderr)
+        return 2
+    if not schedules or args.interleave < 1 or args.reps < 1:
+        print("mixmla bench --dcp: need a schedule, --interleave >= 1 and --reps >= 1", file=sys.stderr)
         return 2
     made = _init_group()
     try:
