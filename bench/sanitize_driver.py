@@ -13,7 +13,8 @@ summary; the exit status is 1 if any output fails the strict check.
 Usage (repo root, on a GPU): ``PYTHONPATH=src python3 bench/sanitize_driver.py [--quick]``.
 Without CUDA it runs on CPU tensors under the Triton interpreter (a smoke test of the driver).
 ``--quick``: a subset (one split case and one direct case per format, plus H = 128) for the
-slower tools (racecheck, initcheck).
+slower tools (racecheck, initcheck). ``--backend gluon``: the Hopper kernel, on the cases it
+serves (16 heads, one query token) in fp8 and MXFP4, each cut into pieces merged in the launch.
 """
 
 from __future__ import annotations
@@ -77,22 +78,32 @@ def to_cpu(cache):
     return type(cache)(*[t.cpu() for t in fields])
 
 
+def _gluon_serves(name: str) -> bool:
+    kv_lens, q_lens, heads = CASES[name]
+    return heads == 16 and max(q_lens) == 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a subset for the slower sanitizer tools")
+    ap.add_argument("--backend", default="triton", choices=("triton", "gluon"))
     args = ap.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     names = QUICK if args.quick else tuple(CASES)
+    formats = FORMATS
+    if args.backend == "gluon":
+        names = tuple(n for n in CASES if _gluon_serves(n) and (not args.quick or n in ("lk17", "split-long")))
+        formats = ("fp8", "mxfp4")
     failures, calls, t0 = 0, 0, time.time()
-    for fmt in FORMATS:
+    for fmt in formats:
         for i, name in enumerate(names):
             kv_lens, q_lens, heads = CASES[name]
             q, cache, kv_indptr, qo_indptr = make_case(kv_lens, q_lens, heads, fmt, seed=1000 + i, device=device)
             ref, _ = mla_decode_reference(q.cpu(), to_cpu(cache), kv_indptr.cpu(), qo_indptr.cpu())
             out = torch.full((q.shape[0], heads, 512), float("nan"), dtype=torch.bfloat16, device=device)
-            api.mla_decode(q, cache, kv_indptr, qo_indptr, out=out, return_lse=True)
-            plan = api.plan(kv_indptr, qo_indptr, num_heads=heads, fmt=fmt, device=device)
+            api.mla_decode(q, cache, kv_indptr, qo_indptr, out=out, return_lse=True, backend=args.backend)
+            plan = api.plan(kv_indptr, qo_indptr, num_heads=heads, fmt=fmt, device=device, backend=args.backend)
             out2 = torch.full_like(out, float("nan"))
             plan.run(q, cache, out=out2, return_lse=True)
             plan.run(q, cache, out=out2)
@@ -101,10 +112,12 @@ def main(argv=None) -> int:
             results = [check_strict(o.cpu(), ref) for o in (out, out2)]
             ok = all(results)
             failures += not ok
+            s = plan.schedule
+            how = (f"{s.num_work} work items, {'direct' if s.direct else 'split+combine'}" if s is not None
+                   else f"{plan.backend} backend")
             print(f"{'ok  ' if ok else 'FAIL'} {fmt:5s} {name:11s} H={heads:<3d} batch={len(kv_lens):<3d} "
-                  f"kv={sum(kv_lens):<5d} {plan.schedule.num_work} work items, "
-                  f"{'direct' if plan.schedule.direct else 'split+combine'}; {results[0].message}", flush=True)
-    print(f"sanitize_driver: {calls} decode calls, {len(names) * len(FORMATS)} cases, {failures} failed, "
+                  f"kv={sum(kv_lens):<5d} {how}; {results[0].message}", flush=True)
+    print(f"sanitize_driver: {calls} decode calls, {len(names) * len(formats)} cases, {failures} failed, "
           f"{time.time() - t0:.1f} s", flush=True)
     return 1 if failures else 0
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from mixmla import api
+from mixmla.kernels.triton.configs import KernelConfig
 from mixmla.check import check_strict
 from mixmla.formats import Fp8Cache, quantize
 from mixmla.inputs import generate_input
@@ -118,6 +119,17 @@ def test_a_registered_backend_gets_the_layout_and_the_documented_run_arguments(r
     assert bool((out == 1.0).all()) and bool((lse == 2.0).all())
 
 
+def test_auto_with_a_config_is_triton_where_gluon_is_preferred(recording_backend, monkeypatch):
+    """A config is a Triton kernel shape: 'auto' must not hand it to the Hopper backend, which
+    takes none, even where that backend is preferred."""
+    monkeypatch.setattr(recording_backend, "preferred", lambda layout: True, raising=False)
+    _, _, kv_indptr = _problem()
+    assert api.plan(kv_indptr, num_heads=16, fmt="fp8").backend == "gluon"
+    config = KernelConfig(block_t=32)
+    p = api.plan(kv_indptr, num_heads=16, fmt="fp8", config=config)
+    assert p.backend == "triton" and p.config == config
+
+
 def test_a_backend_that_cannot_run_the_layout_says_why(recording_backend):
     _, _, kv_indptr = _problem()
     with pytest.raises(ValueError, match="needs fp8"):
@@ -141,3 +153,22 @@ def test_gluon_says_why_it_cannot_run_a_layout():
     assert str(MAX_BATCH) in layout_unsupported((9, 0), "mxfp4", 16, 16, MAX_BATCH + 1)
     for fmt in ("fp8", "mxfp4"):
         assert layout_unsupported((9, 0), fmt, 16, 16, MAX_BATCH) is None
+
+
+def test_a_replacement_indptr_must_have_a_dtype_the_backend_reads(recording_backend):
+    """A backend reads the indptrs as its ``indptr_dtypes`` (by default int32 only, as the Hopper
+    kernel does); run converts nothing (that would allocate), so a replacement of another dtype is
+    a TypeError before the backend runs. Triton reads int32 and int64."""
+    q, cache, kv_indptr = _problem()
+    p = api.plan(kv_indptr, num_heads=16, fmt="fp8", backend="gluon")
+    (bp,) = recording_backend.plans
+    assert p.indptr_dtypes == (torch.int32,)
+    for name in ("kv_indptr", "qo_indptr"):
+        wide = (kv_indptr if name == "kv_indptr" else indptr([1, 1, 1])).to(torch.int64)
+        with pytest.raises(TypeError, match=rf"{name} must have dtype torch.int32 \(what the gluon kernels read\)"):
+            p.run(q, cache, **{name: wide})
+    assert bp.calls == []
+    p.run(q, cache, kv_indptr=kv_indptr.clone())
+    assert len(bp.calls) == 1
+    triton = api.plan(kv_indptr, num_heads=16, fmt="fp8", backend="triton")
+    assert set(triton.indptr_dtypes) == {torch.int32, torch.int64}

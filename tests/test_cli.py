@@ -219,3 +219,11 @@ def test_python_dash_m_mixmla_runs_the_reference_without_the_variable(tmp_path):
 def test_selftest_module_documents_its_contract():
     text = textwrap.dedent(selftest.build_parser().format_help())
     assert "loose" in text and "strict" in text and "numheads" in text and "ragged" in text
+
+
+def test_selftest_help_prints_percent_signs_once(capsys):
+    """argparse formats help strings, not the description: a doubled percent sign there prints twice."""
+    with pytest.raises(SystemExit):
+        cli.main(["test", "--help"])
+    text = capsys.readouterr().out
+    assert "but 5% of the elements" in " ".join(text.split()) and "%%" not in text

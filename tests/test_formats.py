@@ -441,7 +441,10 @@ def test_as_cache_accepts_the_benchmark_forms():
         (lambda: Bf16Cache(torch.zeros(4, 576)), TypeError, "bfloat16"),
         (lambda: Bf16Cache(torch.zeros(4, 575, dtype=torch.bfloat16)), ValueError, "576"),
         (lambda: Bf16Cache(torch.zeros(4, 2, 576, dtype=torch.bfloat16)), ValueError, "one KV head"),
-        (lambda: Bf16Cache(torch.zeros(576, 4, dtype=torch.bfloat16).t()), ValueError, "contiguous"),
+        (lambda: Bf16Cache(torch.zeros(576, 4, dtype=torch.bfloat16).t()), ValueError,
+         r"contiguous along its last dim.*got shape \(4, 576\) with strides \(1, 4\).*\.contiguous\(\)"),
+        (lambda: Mxfp4Cache(torch.zeros(4, 288, dtype=torch.uint8), torch.zeros(24, 4, dtype=torch.uint8).t()),
+         ValueError, r"scales must be contiguous.*got shape \(4, 24\) with strides \(1, 4\).*\.contiguous\(\)"),
         (lambda: Bf16Cache([[0.0] * 576]), TypeError, "torch.Tensor"),
         (lambda: as_cache(torch.zeros(4, 576, dtype=torch.float8_e4m3fn)), TypeError, "needs its scale"),
         (lambda: Fp8Cache(torch.zeros(4, 576, dtype=torch.bfloat16), torch.ones(1)), TypeError, "float8"),
@@ -469,3 +472,27 @@ def test_as_cache_accepts_the_benchmark_forms():
 def test_bad_inputs_raise_clear_errors(make, error, match):
     with pytest.raises(error, match=match):
         make()
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
+@pytest.mark.parametrize("layout", ["transposed", "permuted-3d", "strided-rows"])
+def test_quantizers_take_any_strides_and_give_the_contiguous_result(fmt, layout):
+    """A quantizer makes a new cache, so the input's layout is free: a transposed (N, 576) or
+    permuted (N, 1, 576) tensor, or rows inside a wider buffer, give the bytes of the contiguous
+    input, laid out as the cache containers need."""
+    x = torch.randn(5, 1, 576, generator=torch.Generator().manual_seed(11))
+    if layout == "transposed":
+        given = x[:, 0].t().contiguous().t()
+    elif layout == "permuted-3d":
+        given = x.permute(2, 1, 0).contiguous().permute(2, 1, 0)
+    else:
+        wide = torch.randn(5, 1, 640)
+        wide[..., :576] = x
+        given = wide[..., :576]
+    assert given.stride() != x.reshape(given.shape).contiguous().stride() and torch.equal(given, x.reshape(given.shape))
+    want, got = quantize(x.reshape(given.shape).contiguous(), fmt), quantize(given, fmt)
+    if fmt == "fp8":
+        assert torch.equal(got.data.view(torch.uint8), want.data.view(torch.uint8)) and torch.equal(got.scale, want.scale)
+    else:
+        assert torch.equal(got.data, want.data) and torch.equal(got.scales, want.scales)
+    assert got.data.is_contiguous()

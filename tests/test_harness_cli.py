@@ -141,3 +141,61 @@ def test_eval_defaults_to_our_kernel(tmp_path, capsys):
     assert eval_main(["test", specs]) == 0
     out = capsys.readouterr().out
     assert "mixmla.api.custom_kernel on 2 spec(s)" in out and "2 of 2 specs passed" in out
+
+
+# A ragged spec whose first batch has more cached tokens than the later, freshly generated ones of
+# leaderboard mode (seed + 13 per call): all of one config, so they share a cached plan.
+RAGGED = "batchsize: 4; qseqlen: 1; kvseqlen: 40; seed: 5; ragged: 1\n"
+
+
+def test_eval_leaderboard_of_a_ragged_spec_with_our_kernel(tmp_path):
+    from mixmla.inputs import generate_from_spec
+
+    spec = {"batchsize": 4, "qseqlen": 1, "kvseqlen": 40, "seed": 5, "ragged": 1}
+    totals = [int(generate_from_spec(dict(spec, seed=5 + 13 * i))[3][-1]) for i in range(4)]
+    assert max(totals[1:]) < totals[0], totals  # the case that rejected valid batches
+    out_json = str(tmp_path / "lb.json")
+    assert eval_main(["leaderboard", _write(tmp_path, "ragged.txt", RAGGED), "--max-count", "3",
+                      "--json", out_json]) == 0
+    res = json.loads(open(out_json).read())["results"][0]
+    assert res["passed"] and res["error"] is None and res["timing"]["n"] == 3
+
+
+def test_eval_on_the_cpu_skips_specs_over_the_cap_and_says_so(tmp_path, capsys):
+    specs = _write(tmp_path, "specs.txt", SPECS.splitlines()[0] + "\nbatchsize: 2; qseqlen: 1; kvseqlen: 4096; seed: 9\n")
+    out_json = str(tmp_path / "r.json")
+    assert eval_main(["test", specs, "--submission", _write(tmp_path, "g.py", GOOD), "--json", out_json]) == 0
+    text = capsys.readouterr().out
+    assert "only specs with at most 4096 cached tokens are run on the CPU" in text
+    assert "SKIPPED 8192 cached tokens > 4096 (--max-kv-tokens)" in text
+    assert "1 of 1 specs passed both checks" in text and "; 1 skipped" in text
+    first, second = json.loads(open(out_json).read())["results"]
+    assert first["passed"] and first["skipped"] is None
+    assert not second["passed"] and "8192 cached tokens" in second["skipped"] and second["strict"] is None
+    # every spec over the cap: nothing ran, which is not a pass
+    assert eval_main(["test", specs, "--submission", _write(tmp_path, "g2.py", GOOD), "--max-kv-tokens", "10"]) == 1
+    captured = capsys.readouterr()
+    assert "0 of 0 specs passed" in captured.out and "nothing was run" in captured.err
+
+
+def test_eval_reports_each_spec_as_it_starts_and_what_runs(tmp_path, capsys, monkeypatch):
+    """A log shows each spec's line before its (slow, on a CPU) run; the live line is told every
+    phase: inputs, the checked call, each timed call."""
+    from mixmla.harness import evaluate
+
+    phases = []
+
+    class Recording(evaluate.Progress):
+        def describe(self, text):
+            phases.append(text)
+
+    monkeypatch.setattr(evaluate, "Progress", Recording)
+    path = _write(tmp_path, "g3.py", GOOD)
+    assert eval_main(["benchmark", _write(tmp_path, "specs.txt", SPECS), "--submission", path, "--max-count", "3"]) == 0
+    text = capsys.readouterr().out
+    heads = [text.index(f"[{i}/2] {line}") for i, line in enumerate(SPECS.splitlines(), 1)]
+    assert heads[0] < text.index("loose pass") < heads[1]
+    for label in ("[1/2] b2 q1 kv40 h16 s3", "[2/2] b1 q2 kv33 h16 s4"):
+        mine = [p[len(label) + 2:] for p in phases if p.startswith(label + ": ")]
+        assert mine == ["inputs and references", "checked call", "warm-up", "timed call 1", "timed call 2",
+                        "timed call 3"], phases

@@ -51,12 +51,6 @@ def test_two_programs_fit_an_sm(compiled):
         assert 2 * (k["shared"] + 1024) <= 233472, k  # H100/H200: 228 KB per SM, 1 KB reserved per block
 
 
-#: (FORMAT, BLOCK_B, WRITE_LSE) whose tile loop ptxas currently compiles with a spilled value (2-4
-#: local-memory instructions in ~740, at the 255-register cap): a known gap (the fp8 tile carries
-#: 72 registers of prefetched cache words), kept visible rather than hidden.
-KNOWN_LOOP_SPILLS = {(1, 128, True), (1, 512, False)}
-
-
 def test_matrix_products_on_wgmma_in_the_tile_loop(compiled):
     """36 score and 32 value wgmma per tile, all in the tile loop."""
     for k in compiled:
@@ -64,8 +58,6 @@ def test_matrix_products_on_wgmma_in_the_tile_loop(compiled):
 
 
 def test_no_local_memory_in_the_tile_loop(compiled):
-    """A few bytes of per-request values are spilled around the tile loop, never inside it
-    (except the known cases, which must still spill: a fix should remove them from the list)."""
+    """A few bytes of per-request values are spilled around the tile loop, never inside it."""
     for k in compiled:
-        key = (k["spec"]["FORMAT"], k["spec"]["BLOCK_B"], k["spec"]["WRITE_LSE"])
-        assert (k["loop_local"] > 0) == (key in KNOWN_LOOP_SPILLS), k
+        assert k["loop_local"] == 0, k

@@ -80,3 +80,39 @@ def test_merge_of_more_chunks_than_one_combine_load(fmt):
     ref, ref_lse = mla_decode_reference(q, cache, kv_indptr, qo_indptr)
     assert check_strict(out, ref).passed, check_strict(out, ref)
     assert check_strict(lse, ref_lse).passed, check_strict(lse, ref_lse)
+
+
+@pytest.mark.parametrize("fields, error, match", [
+    (dict(block_t=7), ValueError, r"KernelConfig.block_t must be a power of two in \[16, 128\], got 7"),
+    (dict(block_t=48), ValueError, r"block_t must be a power of two"),
+    (dict(block_t=8), ValueError, r"block_t .*got 8"),
+    (dict(block_t=256), ValueError, r"block_t .*got 256"),
+    (dict(block_t=64.0), TypeError, r"block_t must be an int, got float"),
+    (dict(block_t=True), TypeError, r"block_t must be an int, got bool"),
+    (dict(num_warps=3), ValueError, r"num_warps must be a power of two .*got 3"),
+    (dict(num_warps=0), ValueError, r"num_warps .*got 0"),
+    (dict(num_stages=0), ValueError, r"num_stages must be an int >= 1, got 0"),
+    (dict(min_chunk=0), ValueError, r"min_chunk must be an int >= 1, got 0"),
+    (dict(items_per_sm=0.0), ValueError, r"items_per_sm must be finite and > 0, got 0.0"),
+    (dict(items_per_sm=float("nan")), ValueError, r"items_per_sm must be finite"),
+    (dict(items_per_sm="2"), TypeError, r"items_per_sm must be a number, got str"),
+])
+def test_kernel_config_is_checked_when_made(fields, error, match):
+    """A shape the kernels cannot take fails at construction (and through dataclasses.replace),
+    naming the field, not at launch inside Triton."""
+    with pytest.raises(error, match=match):
+        KernelConfig(**fields)
+    with pytest.raises(error, match=match):
+        dataclasses.replace(DEFAULT_CONFIGS["bf16"], **fields)
+
+
+@pytest.mark.parametrize("config", ["fast", {"block_t": 64}, 64])
+def test_a_config_that_is_not_a_kernel_config_is_a_type_error(config):
+    """plan and mla_decode on the Triton backend: config must be a KernelConfig or None."""
+    kv_indptr = indptr([10, 3])
+    q = torch.randn(2, 16, 576, device=DEVICE).to(torch.bfloat16)
+    cache = torch.randn(13, 576, device=DEVICE).to(torch.bfloat16)
+    with pytest.raises(TypeError, match=r"config must be a mixmla.KernelConfig .*got " + type(config).__name__):
+        mixmla.plan(kv_indptr, num_heads=16, fmt="bf16", config=config, backend="triton")
+    with pytest.raises(TypeError, match=r"config must be a mixmla.KernelConfig"):
+        mixmla.mla_decode(q, cache, kv_indptr, config=config)

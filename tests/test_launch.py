@@ -4,11 +4,14 @@ would specialize differently."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 
+import numpy as np
 import pytest
 import torch
 import triton
+import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import CompiledKernel, make_backend
 from triton.runtime.jit import native_specialize_impl
@@ -76,6 +79,50 @@ def test_equal_call_keys_mean_equal_specializations(fmt):
     assert len(keys) > 1, "the calls must include ones Triton specializes differently"
     for key, specs in keys.items():
         assert all(s == specs[0] for s in specs), f"calls with key {key} specialize differently"
+
+
+def _triton_specialization(launches):
+    """Per launch, what Triton's dispatcher specializes on: tensors' type and alignment, integers'
+    type and divisibility (1 becomes a constant), floats' type, and constexprs' values."""
+    specs = []
+    for one in launches:
+        params = list(inspect.signature(one.kernel.fn).parameters.values())
+        spec = []
+        for p, a in zip(params, one.args):
+            if p.annotation is tl.constexpr:
+                spec.append(("constexpr", a))
+            elif isinstance(a, (torch.Tensor, int, float)):
+                spec.append(native_specialize_impl(_CUDA, a, False, True, True))
+            else:
+                spec.append(a)
+        specs.append((tuple(spec), tuple(sorted(one.options.items()))))
+    return specs
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+def test_equal_plan_and_call_keys_mean_equal_specializations_across_plans(fmt):
+    """The compiled kernels are shared by every plan: two (plan, call) pairs with equal keys must
+    be specialized alike by Triton, and plans of similar layouts must share keys (or nothing is
+    shared)."""
+    kv_lens, heads, calls = _calls(fmt)
+    rng = np.random.default_rng(3)
+    layouts = [(kv_lens, None, heads), ([71, 0, 130], None, heads), (kv_lens, None, 32), (kv_lens, [1, 2, 1], heads)]
+    layouts += [(list(rng.integers(0, int(rng.choice([64, 600, 6000])), 3)), None, heads) for _ in range(60)]
+    plans = []
+    for kv, q_lens, h in layouts:
+        plans.append(api.plan(indptr(kv), None if q_lens is None else indptr(q_lens), num_heads=h, fmt=fmt))
+    assert len({launch.plan_key(p._plan.constants) for p in plans}) < len(plans)
+    assert any(p.schedule.direct for p in plans) and not all(p.schedule.direct for p in plans)
+    seen = {}
+    for p in plans:
+        for c in calls[::3]:
+            q, cache, kv_indptr, qo_indptr, out, lse = c
+            if q.shape[1] != p.num_heads or (p.total_q != q.shape[0]):
+                continue
+            key = (launch.plan_key(p._plan.constants), launch.call_key(*c))
+            spec = _triton_specialization(launch.launches(p._plan.constants, *c))
+            assert seen.setdefault(key, spec) == spec, f"plan {p} and call key {key[1]} specialize differently"
+    assert len(seen) > 1
 
 
 class _FakeDispatcher:

@@ -364,6 +364,28 @@ def test_custom_kernel_with_new_lengths_under_the_same_config():
     assert result, result.message
 
 
+def test_custom_kernel_ragged_batches_of_one_config_with_fewer_tokens(monkeypatch):
+    """A plan is cached per (batch, Lq, max Lk): later ragged batches of that config with fewer
+    cached tokens in all (and caches of just those rows) are served, each against its own tensors,
+    in every format; so is a larger one again."""
+    import collections
+
+    from mixmla.inputs import generate_ragged
+
+    monkeypatch.setattr(api, "_PLAN_CACHE", collections.OrderedDict())
+    batches = [[40, 7, 0, 30], [3, 40, 1, 9], [40, 40, 0, 2]]  # 77, 53, 82 tokens; max 40 each
+    for i, kv_lens in enumerate(batches):
+        data = generate_ragged(4, 1, 40, seed=40 + i, kvseqlens=kv_lens, device=DEVICE)
+        q, kv_data, qo, kv, config = data
+        assert (config["batch_size"], config["q_seq_len"], config["kv_seq_len"]) == (4, 1, 40)
+        for fmt in FORMATS:
+            out = api.custom_kernel(data, fmt=fmt)
+            ref, _ = mla_decode_reference(q, kv_data[fmt], kv, qo, sm_scale=config["sm_scale"])
+            result = check_strict(out, ref)
+            assert result, f"batch {i} {fmt}: {result.message}"
+    assert len(api._PLAN_CACHE) == len(FORMATS)
+
+
 # ----------------------------------------------------------------------------------------------
 # determinism
 
@@ -553,3 +575,67 @@ def test_gpu_validation_errors_on_mixed_devices():
     with pytest.raises(ValueError, match=r"\bq\b"):
         plan = api.plan(p.kv_indptr, p.qo_indptr, num_heads=16, fmt="bf16", device=DEVICE)
         plan.run(p.q.cpu(), p.cache)
+
+
+def _hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+@gpu
+@pytest.mark.parametrize("backend, fmt", [("triton", f) for f in FORMATS] + [("gluon", f) for f in ("fp8", "mxfp4")])
+def test_gpu_custom_kernel_ragged_batches_of_one_config_with_graphs(monkeypatch, backend, fmt):
+    """custom_kernel on the GPU, each backend: ragged batches of one config with fewer tokens than
+    the first are served, each call three times (eager, captured, replayed) and right every time;
+    a later batch with kv_indptr past its own cache is a ValueError on its eager call."""
+    import collections
+
+    from mixmla.inputs import generate_ragged
+
+    if backend == "gluon" and not _hopper():
+        pytest.skip("the Gluon backend needs an sm_90 GPU")
+    monkeypatch.setattr(api, "_PLAN_CACHE", collections.OrderedDict())
+    api._GRAPHS.clear()
+    for i, kv_lens in enumerate([[3000, 70, 0, 900], [5, 3000, 1, 64], [3000, 1200, 0, 2000]]):
+        data = generate_ragged(4, 1, 3000, seed=60 + i, kvseqlens=kv_lens, device=DEVICE)
+        q, kv_data, qo, kv, config = data
+        ref, _ = mla_decode_reference(q, kv_data[fmt], kv, qo, sm_scale=config["sm_scale"])
+        for call in range(3):
+            out = api.custom_kernel(data, fmt=fmt, backend=backend)
+            result = check_strict(out, ref)
+            assert result, f"batch {i} call {call}: {result.message}"
+    q, kv_data, qo, kv, config = generate_ragged(4, 1, 3000, seed=70, kvseqlens=[3000, 1, 1, 1], device=DEVICE)
+    past = indptr([3000, 1, 1, 2])  # one row past this call's cache
+    with pytest.raises(ValueError, match=r"kv_indptr ends at 3004, beyond the cache's 3003 rows"):
+        api.custom_kernel((q, kv_data, qo, past, config), fmt=fmt, backend=backend)
+
+
+@gpu
+@pytest.mark.parametrize("backend", ["triton", "gluon"])
+def test_gpu_run_check_reads_the_values_and_is_refused_in_a_capture(backend):
+    """run(check=True) on the GPU: a valid call is right, a replacement kv_indptr past the cache's
+    end is a ValueError before any launch, and inside a CUDA graph capture the check is refused
+    with a RuntimeError (it would sync), after which the plan still captures and replays."""
+    if backend == "gluon" and not _hopper():
+        pytest.skip("the Gluon backend needs an sm_90 GPU")
+    p = build([3000, 7, 0, 900], fmt="fp8", seed=71)
+    plan = api.plan(p.kv_indptr, p.qo_indptr, num_heads=16, fmt="fp8", device=DEVICE, backend=backend)
+    out = poisoned_out(p)
+    plan.run(p.q, p.cache, out=out, check=True)
+    torch.cuda.synchronize()
+    check_against_reference(p, out, None)
+    with pytest.raises(ValueError, match=r"kv_indptr ends at 3908, beyond the cache's 3907 rows"):
+        plan.run(p.q, p.cache, out=out, kv_indptr=indptr([3000, 8, 0, 900]), check=True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        with pytest.raises(RuntimeError, match="CUDA graph capture"):
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                plan.run(p.q, p.cache, out=out, check=True)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            plan.run(p.q, p.cache, out=out)
+    torch.cuda.current_stream().wait_stream(side)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check_against_reference(p, out, None)

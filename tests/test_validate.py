@@ -10,6 +10,7 @@ the GPU (the "other device" for mixed-device cases is ``meta`` on CPU, ``cpu`` o
 
 from __future__ import annotations
 
+import collections
 import math
 
 import pytest
@@ -52,15 +53,20 @@ def other_device(device):
     return torch.device("meta") if device.type == "cpu" else torch.device("cpu")
 
 
-@pytest.fixture
-def no_launch(monkeypatch):
-    """Fail the test if any Triton kernel is launched (dispatched, compiled or interpreted)."""
+def refuse_launches(monkeypatch):
+    """From now on, fail the test if any Triton kernel is launched (dispatched, compiled or
+    interpreted) or any backend plan is run."""
     import triton.runtime.jit as jit
 
+    import mixmla.kernels.triton.backend  # noqa: F401  (so that its plan class is patched too)
+    from mixmla.kernels.backend import BackendPlan
+
     def refuse(*args, **kwargs):
-        raise AssertionError("a Triton kernel was launched although the inputs are invalid")
+        raise AssertionError("a kernel was launched although the inputs are invalid")
 
     monkeypatch.setattr(jit.JITFunction, "run", refuse)
+    for cls in _backend_plan_classes(BackendPlan):
+        monkeypatch.setattr(cls, "run", refuse)
     from mixmla.kernels.triton import launch
 
     monkeypatch.setattr(launch, "launch_compiled", refuse)  # plans launch through compiled kernels after a first call
@@ -70,6 +76,20 @@ def no_launch(monkeypatch):
         monkeypatch.setattr(interp.InterpretedFunction, "run", refuse)
     except (ImportError, AttributeError):
         pass
+
+
+def _backend_plan_classes(base):
+    """Every loaded subclass of ``base`` (the Triton plan, and the Gluon one where it is loaded)."""
+    found = []
+    for cls in base.__subclasses__():
+        found += [cls, *_backend_plan_classes(cls)]
+    return found
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Fail the test if any kernel is launched."""
+    refuse_launches(monkeypatch)
 
 
 def _api():
@@ -430,7 +450,15 @@ CUSTOM_CASES = [
      r"kv_data"),
     ("fmt-unknown", lambda d: d, "int4", ValueError, r"fmt"),
     ("q-dtype", lambda d: (d[0].float(),) + tuple(d[1:]), "bf16", TypeError, r"\bq\b"),
+    ("fp8-scale-zero", lambda d: _with_fp8_scale(d, 0.0), "fp8", ValueError, r"cache: fp8 scale.*> 0, got 0.0"),
+    ("fp8-scale-nan", lambda d: _with_fp8_scale(d, math.nan), "fp8", ValueError, r"cache: fp8 scale.*got nan"),
 ]
+
+
+def _with_fp8_scale(data, value):
+    q, kv_data, qo, kv, config = data
+    fp8, scale = kv_data["fp8"]
+    return (q, dict(kv_data, fp8=(fp8, torch.full_like(scale, value))), qo, kv, config)
 
 
 @pytest.mark.parametrize("case", CUSTOM_CASES, ids=[c[0] for c in CUSTOM_CASES])
@@ -443,6 +471,168 @@ def test_custom_kernel_rejects(case, plan_device, device, no_launch):
         _api().custom_kernel(change(data), fmt=fmt)
 
 
+# ----------------------------------------------------------------------------------------------
+# the paths that reuse a plan check each call's own values (issue 11): custom_kernel's later calls
+# of a shape, and DecodePlan.run(check=True)
+
+# The rules that hold for one call's tensors, whatever plan serves it: every case of CASES but the
+# softmax scale (a plan's, for run) and qo_indptr=None (run then uses the plan's own).
+CALL_CASES = [c for c in CASES if not c[0].startswith("sm_scale") and c[0] != "qo_indptr-none-but-total_q-differs"]
+OUT_CASE_IDS = {c[0] for c in CASES if c[0].startswith("out-")}
+
+
+def _benchmark_tuple(a, fmt):
+    """``a`` (mla_decode's arguments) as custom_kernel's data, with the config of the shape."""
+    config = {"batch_size": len(KV_LENS), "q_seq_len": max(Q_LENS), "kv_seq_len": max(KV_LENS),
+              "sm_scale": a["sm_scale"]}
+    return (a["q"], {fmt: a["cache"]}, a["qo_indptr"], a["kv_indptr"], config)
+
+
+@pytest.fixture
+def empty_plan_cache(monkeypatch):
+    """custom_kernel's plan cache, empty for this test."""
+    monkeypatch.setattr(_api(), "_PLAN_CACHE", collections.OrderedDict())
+    return _api()._PLAN_CACHE
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] not in OUT_CASE_IDS],
+                         ids=[c[0] for c in CASES if c[0] not in OUT_CASE_IDS])
+def test_custom_kernel_checks_a_later_call_of_a_shape(case, plan_device, device, other_device, monkeypatch,
+                                                      empty_plan_cache):
+    """A valid call of a shape caches its plan; a later call of that shape with one rule broken is
+    rejected as mla_decode rejects it, before its plan runs."""
+    from mixmla.kernels.triton.backend import TritonPlan
+
+    _, fmt, _, exc, pattern = case
+    monkeypatch.setattr(TritonPlan, "run", lambda self, *args: None)  # the valid call plans, launches nothing
+    _api().custom_kernel(_benchmark_tuple(good_args(device, fmt), fmt), fmt=fmt)
+    assert len(empty_plan_cache) == 1
+    refuse_launches(monkeypatch)
+    with pytest.raises(exc, match=pattern):
+        _api().custom_kernel(_benchmark_tuple(_broken(case, device, other_device), fmt), fmt=fmt)
+
+
+def test_custom_kernel_rejects_kv_indptr_beyond_its_cache_after_a_larger_batch(plan_device, device, monkeypatch,
+                                                                            empty_plan_cache):
+    """The plan of a batch of 8 cached tokens serves a later batch of the same config with a
+    cache of 6 rows; that batch's kv_indptr ending at 7 is beyond its own cache (not the first's)."""
+    from mixmla.kernels.triton.backend import TritonPlan
+
+    monkeypatch.setattr(TritonPlan, "run", lambda self, *args: None)
+    _api().custom_kernel(_benchmark_tuple(good_args(device), "bf16"), fmt="bf16")
+    refuse_launches(monkeypatch)
+    later = good_args(device)
+    later.update(cache=later["cache"][:6], kv_indptr=indptr([5, 2], device=device))
+    with pytest.raises(ValueError, match=r"kv_indptr ends at 7, beyond the cache's 6 rows"):
+        _api().custom_kernel(_benchmark_tuple(later, "bf16"), fmt="bf16")
+
+
+def test_a_rejected_custom_kernel_call_does_not_poison_the_plan_cache(plan_device, device, empty_plan_cache):
+    """A call rejected for its kv_indptr leaves nothing in the plan cache, so the next, valid call
+    of the same shape gets its own plan and the right output."""
+    from mixmla.check import check_strict
+    from mixmla.reference import mla_decode_reference
+
+    bad = good_args(device)
+    bad["kv_indptr"] = indptr([5, 4], device=device)  # ends at 9; the cache has 8 rows
+    with pytest.raises(ValueError, match=r"kv_indptr ends at 9, beyond the cache's 8 rows"):
+        _api().custom_kernel(_benchmark_tuple(bad, "bf16"), fmt="bf16")
+    assert len(empty_plan_cache) == 0
+    good = good_args(device)
+    out = _api().custom_kernel(_benchmark_tuple(good, "bf16"), fmt="bf16", use_graphs=False)
+    ref, _ = mla_decode_reference(good["q"], good["cache"], good["kv_indptr"], good["qo_indptr"])
+    result = check_strict(out, ref)
+    assert result, result.message
+
+
+@pytest.mark.parametrize("case", CALL_CASES, ids=[c[0] for c in CALL_CASES])
+def test_run_check_rejects_what_mla_decode_rejects(case, plan_device, device, other_device, no_launch):
+    """run(check=True) with one call's tensors broken (q, cache, out, replacement indptrs): the
+    error mla_decode gives, before anything runs."""
+    _, fmt, _, exc, pattern = case
+    good = good_args(device, fmt)
+    p = _api().plan(good["kv_indptr"], good["qo_indptr"], num_heads=H, fmt=fmt, device=device)
+    a = _broken(case, device, other_device)
+    with pytest.raises(exc, match=pattern):
+        p.run(a["q"], a["cache"], out=a["out"], kv_indptr=a["kv_indptr"], qo_indptr=a["qo_indptr"], check=True)
+
+
+def _rewrite(name, lens):
+    """Write ``lens``' prefix sums into the plan's own indptr ``name`` (kept by reference), as a
+    serving loop does between graph replays; run then gets no replacement."""
+    def change(p, a):
+        getattr(p, name).copy_(indptr(lens, device=a["q"].device))
+        return {}
+
+    return change
+
+
+def _replace(name, lens):
+    return lambda p, a: {name: indptr(lens, device=a["q"].device)}
+
+
+RUN_VALUE_CASES = [
+    # (id, change(plan, args) -> run's replacement indptrs, regex)
+    ("kv_indptr-past-the-cache-end", _replace("kv_indptr", [5, 4]), r"kv_indptr ends at 9, beyond the cache's 8 rows"),
+    ("planned-kv_indptr-grown-in-place", _rewrite("kv_indptr", [6, 3]),
+     r"kv_indptr ends at 9, beyond the cache's 8 rows"),
+    ("more-query-tokens-than-planned", _replace("qo_indptr", [0, 3]),
+     r"qo_indptr: request 1 has 3 query tokens.*at most 2"),
+    ("planned-qo_indptr-changed-in-place", _rewrite("qo_indptr", [3, 0]),
+     r"qo_indptr: request 0 has 3 query tokens.*at most 2"),
+]
+
+
+@pytest.mark.parametrize("case", RUN_VALUE_CASES, ids=[c[0] for c in RUN_VALUE_CASES])
+def test_run_check_rejects_values_the_plan_cannot_serve(case, plan_device, device, no_launch):
+    """Values only a host read can see: indptrs past the cache's end or giving a request more
+    query tokens than the plan covers, whether passed to run or written into the plan's own."""
+    _, change, pattern = case
+    a = good_args(device)
+    p = _api().plan(indptr(KV_LENS, device=device), indptr(Q_LENS, device=device), num_heads=H, fmt="bf16",
+                    device=device)
+    kw = change(p, a)
+    with pytest.raises(ValueError, match=pattern):
+        p.run(a["q"], a["cache"], check=True, **kw)
+
+
+def test_run_reads_values_only_when_asked(plan_device, device, monkeypatch):
+    """run() never reads a tensor's values on the host (that would sync); run(check=True) reads
+    them in one transfer of the indptrs and the fp8 scale together."""
+    from mixmla.kernels.triton.backend import TritonPlan
+
+    a = good_args(device, "fp8")
+    p = _api().plan(a["kv_indptr"], a["qo_indptr"], num_heads=H, fmt="fp8", device=device)
+    monkeypatch.setattr(TritonPlan, "run", lambda self, *args: None)
+    reads = []
+    real = validate._host_values
+    monkeypatch.setattr(validate, "_host_values", lambda tensors: reads.append(len(tensors)) or real(tensors))
+    kv = indptr([2, 6], device=device)
+    p.run(a["q"], a["cache"], kv_indptr=kv)
+    p.run(a["q"], a["cache"])
+    assert reads == []
+    p.run(a["q"], a["cache"], kv_indptr=kv, check=True)
+    assert reads == [3]
+
+
+def test_run_check_accepts_a_smaller_cache_and_matches_run(plan_device, device):
+    """A valid replacement kv_indptr that reads fewer rows than the plan was made with, over a cache
+    of just those rows: accepted with and without the check, with the same bits, and right."""
+    from mixmla.check import check_strict
+    from mixmla.reference import mla_decode_reference
+
+    a = good_args(device, "fp8")
+    p = _api().plan(a["kv_indptr"], a["qo_indptr"], num_heads=H, fmt="fp8", device=device)
+    data, scale = a["cache"]
+    cache, kv = (data[:6], scale), indptr([2, 4], device=device)
+    checked = p.run(a["q"], cache, out=torch.full_like(p.out, math.nan), kv_indptr=kv, check=True).clone()
+    unchecked = p.run(a["q"], cache, out=torch.full_like(p.out, math.nan), kv_indptr=kv)
+    assert torch.equal(checked.view(torch.int16), unchecked.view(torch.int16))
+    ref, _ = mla_decode_reference(a["q"], cache, kv, a["qo_indptr"])
+    result = check_strict(checked, ref)
+    assert result, result.message
+
+
 QUANTIZER_CASES = [
     ("fp8-x-int", lambda d: quantize_fp8(torch.ones(2, 576, dtype=torch.int32, device=d)), TypeError, r"\bx\b"),
     ("fp8-x-nan", lambda d: quantize_fp8(torch.full((2, 576), math.nan, device=d)), ValueError, r"\bx\b.*NaN"),
@@ -452,8 +642,22 @@ QUANTIZER_CASES = [
     ("mxfp4-x-int", lambda d: quantize_mxfp4(torch.ones(2, 576, dtype=torch.uint8, device=d)), TypeError, r"\bx\b"),
     ("mxfp4-x-width", lambda d: quantize_mxfp4(torch.ones(2, 512, device=d)), ValueError, r"\bx\b.*576"),
     ("mxfp4-x-two-heads", lambda d: quantize_mxfp4(torch.ones(2, 2, 576, device=d)), ValueError, r"\bx\b"),
+    ("mxfp4-x-nan", lambda d: quantize_mxfp4(torch.full((2, 576), math.nan, device=d)), ValueError,
+     r"\bx\b.*NaN or Inf"),
+    ("mxfp4-x-inf", lambda d: quantize_mxfp4(_one_value(math.inf, d)), ValueError, r"\bx\b.*NaN or Inf"),
+    ("mxfp4-x-minus-inf-mse", lambda d: quantize_mxfp4(_one_value(-math.inf, d), scale_rule="mse"), ValueError,
+     r"\bx\b.*NaN or Inf"),
+    ("mxfp4-x-one-nan-bf16", lambda d: quantize_mxfp4(_one_value(math.nan, d).bfloat16()), ValueError,
+     r"\bx\b.*NaN or Inf"),
     ("format-unknown", lambda d: quantize_any(torch.ones(2, 576, device=d), "int4"), ValueError, r"format"),
 ]
+
+
+def _one_value(value, device):
+    """A (3, 1, 576) normal cache with one element set to ``value``."""
+    x = torch.randn(3, 1, 576, device=device)
+    x[1, 0, 300] = value
+    return x
 
 
 @pytest.mark.parametrize("case", QUANTIZER_CASES, ids=[c[0] for c in QUANTIZER_CASES])

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from . import validate
-from .formats import FORMATS, VALUE_DIM, as_cache
+from .formats import FORMATS, VALUE_DIM
 from .graphs import GraphCache, tensor_signature
 from .kernels.backend import Layout, get_backend
 
@@ -24,13 +24,16 @@ class DecodePlan:
     Made by ``plan(...)``. ``run(q, cache, out=None, return_lse=False)`` launches the kernels with
     no host synchronization and no allocation, so it can be captured in a CUDA graph and replayed
     after the contents of ``q``, the cache and the indptrs change (same shapes; per-request lengths
-    may change as long as no request gets more query tokens than at plan time).
+    may change as long as no request gets more than ``max_q_len`` query tokens).
 
-    Attributes: device, num_heads (H), fmt, total_q (rows of q), total_kv (cache rows read),
-    batch, sm_scale, backend (the backend's name), config (the backend's kernel shape; for Triton
-    a ``KernelConfig``), schedule (``mixmla.schedule.Schedule``), out (total_q, H, 512) bf16 and
-    lse (total_q, H) float32: the buffers ``run`` writes when no ``out`` is given (overwritten by
-    the next run).
+    Attributes: device, num_heads (H), fmt, total_q (rows of q), total_kv (kv_indptr[-1] at plan
+    time), batch, max_q_len (the most query tokens a request may have in a run: the
+    longest planned request's, at least 1), sm_scale, backend (the backend's name), config (the
+    backend's kernel shape; for Triton a ``KernelConfig``), schedule (``mixmla.schedule.Schedule``),
+    kv_indptr and qo_indptr ((batch+1,) int32 on the device, the caller's tensors when they were
+    already that; ``run`` reads them unless given others), out (total_q, H, 512) bf16 and lse
+    (total_q, H) float32: the buffers ``run`` writes when no ``out`` is given (overwritten by the
+    next run).
     """
 
     def __init__(self, kv_indptr, qo_indptr=None, num_heads: int = 16, fmt: str = "bf16",
@@ -51,8 +54,9 @@ class DecodePlan:
         self.batch = kv_host.shape[0] - 1
         self.total_kv = int(kv_host[-1])
         self.total_q = int(qo_host[-1])
+        self.max_q_len = _max_q_len(qo_host)
         layout = Layout(self.device, self.num_heads, fmt, scale, kv_host[1:] - kv_host[:-1], qo_host[1:] - qo_host[:-1])
-        chosen = get_backend(backend, layout)
+        chosen = get_backend(backend, layout, config)
         self.backend = chosen.name
         self._out_dtypes = chosen.out_dtypes
         self._plan = chosen.plan(layout, config)
@@ -71,6 +75,11 @@ class DecodePlan:
     def schedule(self):
         return self._plan.schedule
 
+    @property
+    def indptr_dtypes(self) -> tuple:
+        """The dtypes ``run`` accepts for replacement indptrs (the backend's kernels read them)."""
+        return self._plan.indptr_dtypes
+
     def _device_int32(self, t: torch.Tensor | None, host: np.ndarray) -> torch.Tensor:
         if t is not None and t.dtype == torch.int32 and t.device == self.device:
             return t
@@ -81,24 +90,37 @@ class DecodePlan:
         return torch.from_numpy(host.astype(np.int32)).to(self.device)
 
     def run(self, q: torch.Tensor, cache, out: torch.Tensor | None = None, return_lse: bool = False,
-            kv_indptr: torch.Tensor | None = None, qo_indptr: torch.Tensor | None = None):
+            kv_indptr: torch.Tensor | None = None, qo_indptr: torch.Tensor | None = None, check: bool = False):
         """Decode attention for the planned layout.
 
         q: (total_q, H, 576) bf16 on the plan's device (stride(-1) == 1). cache: the plan's format
-        (container or benchmark form) with at least ``total_kv`` rows. out: optional contiguous
-        (total_q, H, 512) bf16, or float32 (the normalized output before its rounding to bf16; the
-        Triton backend writes it, others raise ValueError); without it the plan's own bf16 buffer
-        ``self.out`` is written and returned. kv_indptr, qo_indptr: optional (batch+1,)
-        int32/int64 device tensors that replace the planned ones for this call (same batch; no
-        request may have more query tokens than at plan time); the chunk bounds are derived from them on the device, so any lengths are correct,
-        only the balance is the plan's. Returns out, or ``(out, lse)`` with lse (total_q, H)
-        float32 (natural-log log-sum-exp of the scaled scores; ``-inf`` for a query that sees no
-        cached token).
+        (container or benchmark form) with at least as many rows as the kv_indptr used reads.
+        out: optional contiguous (total_q, H, 512) bf16, or float32 (the normalized output before its
+        rounding to bf16; the Triton backend writes it, others raise ValueError); without it the
+        plan's own bf16 buffer ``self.out`` is written and returned. kv_indptr, qo_indptr: optional (batch+1,) device
+        tensors (of ``indptr_dtypes``) that replace the plan's own for this call; the chunk bounds
+        are derived from them on the device, so any lengths are correct, only the balance is the
+        plan's. Returns out, or ``(out, lse)`` with lse (total_q, H) float32 (natural-log
+        log-sum-exp of the scaled scores; ``-inf`` for a query that sees no cached token).
+
+        Every call checks what the tensors' metadata shows (types, dtypes, shapes, strides,
+        devices, the plan's format, H and total_q, at least ``total_kv`` cache rows when the plan's
+        own kv_indptr is used) and raises TypeError/ValueError before anything is launched. It
+        reads no value, so it never syncs with the host and can be captured in a CUDA graph; the
+        values are the caller's promise: the indptrs used (the replacements, or the plan's own,
+        which may have been rewritten in place) start at 0, are non-decreasing, kv_indptr ends
+        within the cache, qo_indptr ends at total_q with at most ``max_q_len`` query tokens per
+        request, and an fp8 scale is finite and > 0. Values outside that make the kernels read outside the tensors or
+        return garbage. ``check=True`` checks those values too, with one host read of the indptrs
+        and the fp8 scale (a sync on a GPU; a RuntimeError inside a CUDA graph capture), and raises
+        ValueError before launching: for debugging, or when the values come from elsewhere.
         """
         kv_cache = validate.check_run_inputs(self, q, cache, out, kv_indptr, qo_indptr)
         self._check_out_dtype(out)
         kv_indptr = self.kv_indptr if kv_indptr is None else kv_indptr
         qo_indptr = self.qo_indptr if qo_indptr is None else qo_indptr
+        if check:
+            validate.check_run_values(self, kv_cache, kv_indptr, qo_indptr)
         out = self.out if out is None else out
         lse = self.lse if return_lse else None
         self._plan.run(q, kv_cache, kv_indptr, qo_indptr, out, lse)
@@ -126,7 +148,8 @@ def plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor | None = None, num_hea
     sm_scale: softmax scale (default 1/sqrt(576)). device: where to run (default: kv_indptr's).
     config: kernel shape override for the backend (Triton: a ``KernelConfig``; default: tuned per
     format). backend: 'auto' (the Hopper kernel where it is faster: fp8 and MXFP4 caches, 16 heads,
-    one query token, at least 262144 cached tokens, on an sm_90 GPU; the Triton kernels otherwise),
+    one query token, at least 262144 cached tokens, on an sm_90 GPU, no config; the Triton kernels
+    otherwise),
     'triton' or 'gluon' (the Hopper kernel; ValueError for a layout it cannot run).
     """
     return DecodePlan(kv_indptr, qo_indptr, num_heads, fmt, sm_scale, device, config, backend)
@@ -199,17 +222,28 @@ def _hopper_serves_mxfp4(kv, q: torch.Tensor) -> bool:
     return layout_unsupported(torch.cuda.get_device_capability(q.device), "mxfp4", q.shape[1], q.shape[1], 1) is None
 
 
-def cached_plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, num_heads: int, fmt: str,
-                sm_scale: float | None, config_key: tuple, backend: str = "auto") -> DecodePlan:
-    """A plan from the per-shape cache, made on first use. ``config_key`` identifies the batch
-    layout (batch, Lq, Lk from the benchmark config). Callers pass their own indptrs to ``run``:
-    the kernels derive every chunk from them on the device, so a reused plan is always correct,
-    only its balance depends on the lengths it was made for."""
-    key = (fmt, num_heads, tuple(kv_indptr.shape), tuple(qo_indptr.shape), kv_indptr.device, sm_scale, config_key,
-           backend)
+def _max_q_len(qo_ptr: np.ndarray) -> int:
+    """The most query tokens a plan of ``qo_ptr`` (host prefix sums) serves per request: its
+    longest request's, and at least one (both backends cover one token per request at least)."""
+    return max(1, int((qo_ptr[1:] - qo_ptr[:-1]).max(initial=0)))
+
+
+def cached_plan(checked: validate.DecodeInputs, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor | None,
+                config_key: tuple, backend: str = "auto") -> DecodePlan:
+    """A plan from the per-shape cache, made on first use, for a call that passed
+    ``validate.check_decode_inputs`` with its values (``checked``). ``config_key`` identifies the
+    batch layout (batch, Lq, Lk from the benchmark config); the key also holds what a plan must
+    match for the call to be served at all (format, H, batch, total_q, the most query tokens per
+    request, device, softmax scale, backend). Callers pass their own indptrs to ``run``: the
+    kernels derive every chunk from them on the device, so a reused plan is always correct, only
+    its balance depends on the lengths it was made for. Nothing is cached for a call that fails."""
+    q_device = checked.cache.device
+    key = (checked.cache.format, checked.num_heads, checked.batch, checked.total_q, _max_q_len(checked.qo_ptr),
+           q_device, checked.sm_scale, config_key, backend)
     p = _PLAN_CACHE.get(key)
     if p is None:
-        p = plan(kv_indptr, qo_indptr, num_heads, fmt, sm_scale, backend=backend)
+        p = DecodePlan(kv_indptr, qo_indptr, checked.num_heads, checked.cache.format, checked.sm_scale, q_device,
+                       backend=backend, _checked=checked)
         _PLAN_CACHE[key] = p
         if len(_PLAN_CACHE) > _PLAN_CACHE_SIZE:
             _PLAN_CACHE.popitem(last=False)
@@ -224,6 +258,8 @@ def _benchmark_signature(data, fmt: str, backend: str) -> tuple | None:
     well-formed tuple (the argument checks then explain what is wrong)."""
     try:
         q, kv_data, qo_indptr, kv_indptr, config = data
+        if not isinstance(kv_data, dict) or not isinstance(config, dict):
+            return None
         kv = kv_data[fmt]
         kv_tensors = kv if isinstance(kv, (tuple, list)) else (kv,)
         return (fmt, backend, config.get("sm_scale"), tensor_signature(q), tensor_signature(qo_indptr),
@@ -237,12 +273,14 @@ def custom_kernel(data, fmt: str = "auto", use_graphs: bool = True, backend: str
     ``mixmla.inputs.generate_input`` (docs/SPEC.md). fmt: 'auto' (the fastest format present) or one
     of 'bf16', 'fp8', 'mxfp4'. Returns a new (total_q, H, 512) bf16 tensor.
 
-    Host cost is kept off the hot path: plans are cached by shape (the first call of a shape reads
-    the indptrs on the host), and on a GPU a call whose tensors sit at the same addresses with the
-    same layouts as an earlier call is replayed as a CUDA graph (captured on the second such call),
-    which reads the tensors' current contents. A replayed call skips the argument checks, which
-    its first, eager call passed; like ``DecodePlan.run`` it does not re-read the indptr values.
-    use_graphs=False always launches eagerly. backend: as for ``plan``.
+    Host cost is kept off the hot path: plans are cached by shape, and on a GPU a call whose tensors
+    sit at the same addresses with the same layouts as an earlier call is replayed as a CUDA graph
+    (captured on the second such call), which reads the tensors' current contents. Every call that
+    is not replayed is checked as ``mla_decode`` checks it, against its own tensors: structure, and
+    the indptr values and fp8 scale, read on the host in one transfer (a sync on a GPU). A replayed
+    call checks nothing: its tensors passed on the calls before, and values written into them since
+    are trusted, as ``DecodePlan.run`` trusts them. use_graphs=False always launches eagerly (and
+    checks). backend: as for ``plan``.
     """
     if fmt == "auto" and isinstance(data, (tuple, list)) and len(data) == 5 and isinstance(data[1], dict):
         fmt = choose_format(data[1], data[0])
@@ -253,14 +291,16 @@ def custom_kernel(data, fmt: str = "auto", use_graphs: bool = True, backend: str
             return out
     validate.check_benchmark_data(data, fmt)
     q, kv_data, qo_indptr, kv_indptr, config = data
-    cache = as_cache(kv_data[fmt])
-    sm_scale = config.get("sm_scale")
+    # This call's own values, before any plan is looked up or made: a plan serves every batch of its
+    # shape, so what the first batch passed says nothing about this one.
+    checked = validate.check_decode_inputs(q, kv_data[fmt], kv_indptr, qo_indptr, config.get("sm_scale"))
     config_key = (config.get("batch_size"), config.get("q_seq_len"), config.get("kv_seq_len"))
-    p = cached_plan(kv_indptr, qo_indptr, q.shape[1], fmt, sm_scale, config_key, backend)
+    p = cached_plan(checked, kv_indptr, qo_indptr, config_key, backend)
+    cache = checked.cache
 
     def launch(out: torch.Tensor):
-        # This call's indptrs, not the ones the cached plan was made with: a plan is shared by every
-        # batch of the same shape, and the kernels take each request's bounds from these on the device.
+        # This call's indptrs, not the ones the cached plan was made with: the kernels take each
+        # request's bounds from these on the device.
         return p.run(q, cache, out, kv_indptr=kv_indptr, qo_indptr=qo_indptr)
 
     shape = (q.shape[0], q.shape[1], VALUE_DIM)

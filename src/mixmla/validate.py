@@ -10,13 +10,14 @@ Two levels, because some rules need the *values* of device tensors:
 * **structural** checks (type, dtype, rank, width, strides, devices, head count, sizes known from
   shapes, plan consistency) read only tensor metadata: no host/device synchronisation, no
   allocation. ``check_run_inputs`` does only these, so ``DecodePlan.run`` stays sync-free and
-  CUDA-graph capturable.
+  CUDA-graph capturable by default.
 * **value** checks (indptr starts at 0, is non-decreasing, ends within the cache; ``qo_indptr``
-  ends at ``total_q``; the fp8 scale is finite and positive) copy the indptrs (and the fp8 scale) to
-  the host in **one** transfer. ``check_decode_inputs(..., check_values=True)`` and
-  ``check_plan_inputs`` / ``check_indptr(..., check_values=True)`` do them; ``mla_decode`` and
-  ``plan`` may synchronise anyway (planning needs the lengths on the host), and they get the host
-  values back so that no second copy is needed.
+  ends at ``total_q`` and, for a plan, gives no request more query tokens than the plan covers;
+  the fp8 scale is finite and positive) copy the indptrs and the fp8 scale to the host in **one**
+  transfer (a sync on a GPU). ``check_decode_inputs(..., check_values=True)`` (``mla_decode`` and
+  every eager ``custom_kernel`` call), ``check_run_values`` (``DecodePlan.run(check=True)``) and
+  ``check_plan_inputs`` / ``check_indptr(..., check_values=True)`` do them; they return the host
+  values so that no second copy is needed.
 
 Rules that the cache containers (``mixmla.formats``) already enforce (cache dtype, width 576/288,
 one KV head, fp8 scale with exactly one float value on the cache's device, MXFP4 scales at least
@@ -50,6 +51,7 @@ __all__ = [
     "DecodeInputs",
     "check_decode_inputs",
     "check_run_inputs",
+    "check_run_values",
     "check_indptr",
     "check_plan_inputs",
     "check_cache",
@@ -259,20 +261,24 @@ def check_indptr(
     last: Optional[int] = None,
     check_values: bool = True,
     max_len: Optional[int] = None,
+    dtypes: Sequence[torch.dtype] = INDPTR_DTYPES,
+    dtype_reason: str = "",
 ) -> Optional[np.ndarray]:
     """Check one prefix-sum array (``kv_indptr`` or ``qo_indptr``).
 
-    Structural (no sync): ``t`` is a 1-D int32/int64 tensor with unit stride and at least 2 entries
-    (batch >= 1); on ``device`` when given; ``batch + 1`` entries when ``batch`` is given.
+    Structural (no sync): ``t`` is a 1-D tensor of one of ``dtypes`` (default int32/int64;
+    ``dtype_reason`` says why in the message when fewer are allowed) with unit stride and at least
+    2 entries (batch >= 1); on ``device`` when given; ``batch + 1`` entries when ``batch`` is given.
     Values (only with ``check_values``; one host copy, a sync on a GPU): ``t[0] == 0``,
     non-decreasing, ``t[-1] <= max_last`` (the cache rows) and ``t[-1] == last`` (total_q) when
-    given, and every segment ``t[i+1]-t[i] <= max_len`` when given.
+    given, and every segment ``t[i+1]-t[i] <= max_len`` (query tokens per request) when given.
     Returns the values as an int64 numpy array when checked, else None.
     """
+    allowed = " or ".join(str(d) for d in dtypes)
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a 1-D int32 or int64 torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in INDPTR_DTYPES:
-        raise TypeError(f"{name} must have dtype torch.int32 or torch.int64, got {t.dtype}")
+        raise TypeError(f"{name} must be a 1-D {allowed.replace('torch.', '')} torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in tuple(dtypes):
+        raise TypeError(f"{name} must have dtype {allowed}{dtype_reason}, got {t.dtype}")
     if t.dim() != 1:
         raise ValueError(f"{name} must be 1-D (batch+1,), got {t.dim()}-D shape {_shape(t)}")
     if t.shape[0] < 2:
@@ -303,11 +309,34 @@ def _check_indptr_values(name: str, vals: np.ndarray, max_last=None, last=None, 
                          f"(expected {name}[-1] <= {max_last})")
     if last is not None and vals[-1] != last:
         raise ValueError(f"{name} must end at total_q = q.shape[0] = {last}, got {name}[-1] = {vals[-1]}")
-    if max_len is not None:
-        longest = int(lens.max())
-        if longest > max_len:
-            raise ValueError(f"{name}: at most {max_len} rows per request are supported, got {longest}")
+    if max_len is not None and lens.shape[0] and int(lens.max()) > max_len:
+        i = int(np.argmax(lens))
+        raise ValueError(f"{name}: request {i} has {int(lens[i])} query tokens, but at most {max_len} per request "
+                         f"are served (a plan covers as many as its longest request had when it was made)")
     return vals
+
+
+def _check_call_values(kv_indptr: torch.Tensor, qo_indptr: Optional[torch.Tensor], kv_cache, total_q: int,
+                       max_q_len: Optional[int]) -> tuple:
+    """The value rules of one call, from one host transfer of the indptrs and the fp8 scale:
+    kv_indptr within the cache, qo_indptr ending at ``total_q`` (``[0, 1, .., batch]`` when None)
+    with at most ``max_q_len`` query tokens per request, the fp8 scale finite and > 0.
+    Returns ``(kv_ptr, qo_ptr)`` as int64 numpy arrays."""
+    tensors = [kv_indptr] + ([qo_indptr] if qo_indptr is not None else [])
+    fp8 = isinstance(kv_cache, Fp8Cache)
+    if fp8:
+        tensors.append(kv_cache.scale)
+    host = _host_values(tensors)
+    kv_ptr = _check_indptr_values("kv_indptr", host[0], max_last=kv_cache.num_tokens)
+    if qo_indptr is not None:
+        qo_ptr = _check_indptr_values("qo_indptr", host[1], last=total_q, max_len=max_q_len)
+    else:
+        qo_ptr = np.arange(kv_ptr.shape[0], dtype=np.int64)
+    if fp8:
+        value = float(host[-1][0])
+        if not math.isfinite(value) or value <= 0.0:
+            raise ValueError(f"cache: fp8 scale must be finite and > 0, got {value!r}")
+    return kv_ptr, qo_ptr
 
 
 # ----------------------------------------------------------------------------------------------
@@ -356,20 +385,7 @@ def check_decode_inputs(
 
     kv_ptr = qo_ptr = None
     if check_values:
-        tensors = [kv_indptr] + ([qo_indptr] if qo_indptr is not None else [])
-        fp8 = isinstance(kv_cache, Fp8Cache)
-        if fp8:
-            tensors.append(kv_cache.scale)
-        host = _host_values(tensors)
-        kv_ptr = _check_indptr_values("kv_indptr", host[0], max_last=kv_cache.num_tokens)
-        if qo_indptr is not None:
-            qo_ptr = _check_indptr_values("qo_indptr", host[1], last=total_q, max_len=max_q_len)
-        else:
-            qo_ptr = np.arange(batch + 1, dtype=np.int64)
-        if fp8:
-            value = float(host[-1][0])
-            if not math.isfinite(value) or value <= 0.0:
-                raise ValueError(f"cache: fp8 scale must be finite and > 0, got {value!r}")
+        kv_ptr, qo_ptr = _check_call_values(kv_indptr, qo_indptr, kv_cache, total_q, max_q_len)
     return DecodeInputs(kv_cache, batch, total_q, num_heads, scale, kv_ptr, qo_ptr)
 
 
@@ -390,8 +406,8 @@ def check_plan_inputs(
 
     Returns ``(kv_ptr, qo_ptr, sm_scale)``: host int64 numpy arrays (``qo_ptr = [0..batch]`` when
     ``qo_indptr`` is None) and the scale as a float. The cache size is unknown here, so
-    ``kv_indptr[-1] <= cache rows`` is checked by ``check_run_inputs`` against the plan's
-    ``total_kv`` (= ``kv_ptr[-1]``).
+    ``kv_indptr[-1] <= cache rows`` is left to ``check_run_inputs`` (against the plan's
+    ``total_kv`` = ``kv_ptr[-1]``) and ``check_run_values``.
     """
     check_num_heads(num_heads, num_heads_supported)
     if fmt not in FORMATS:
@@ -424,20 +440,23 @@ def check_run_inputs(plan, q, cache, out=None, kv_indptr=None, qo_indptr=None):
 
     Compares q and the cache against what the plan was made for. ``plan`` must expose
     ``device`` (torch.device), ``num_heads`` (H), ``total_q`` (``qo_indptr[-1]``), ``fmt``
-    ('bf16'/'fp8'/'mxfp4') and ``total_kv`` (``kv_indptr[-1]``, the cache rows the plan reads);
-    ``batch`` too when new indptrs are given.
-    q: (total_q, H, 576) bf16 on the plan's device; cache: the plan's format with at least
-    ``total_kv`` rows; out: None or contiguous (total_q, H, 512) bf16 or float32 on that device.
-    kv_indptr, qo_indptr: optional replacement indptrs for this run (same batch, int32/int64,
-    on the plan's device); their *values* are not checked (that would sync): the caller promises
-    they start at 0, are non-decreasing, stay within the cache and end at total_q.
-    Returns the wrapped cache. The fp8 scale's value is not checked here (that would sync).
+    ('bf16'/'fp8'/'mxfp4'), ``total_kv`` (its own ``kv_indptr[-1]`` at plan time) and ``batch``;
+    ``indptr_dtypes`` (the dtypes its kernels read indptrs as) when it has fewer than int32/int64.
+    q: (total_q, H, 576) bf16 on the plan's device; cache: the plan's format, with at least
+    ``total_kv`` rows when the plan's own kv_indptr is used (a replacement kv_indptr says itself
+    how many rows it reads, which only its values tell: ``check_run_values``); out: None or
+    contiguous (total_q, H, 512) bf16 or float32 on that device. kv_indptr, qo_indptr: optional replacement
+    indptrs for this run (same batch, on the plan's device, of a dtype the plan reads).
+    Nothing here reads a value: the indptr values (the replacements', or the plan's own, which may
+    have been rewritten in place since) and the fp8 scale are ``check_run_values``' business.
+    Returns the wrapped cache.
     """
     try:
         device, num_heads, total_q, fmt, total_kv = plan.device, plan.num_heads, plan.total_q, plan.fmt, plan.total_kv
+        batch = plan.batch
     except AttributeError as err:
-        raise AttributeError(f"validate.check_run_inputs needs the plan's device, num_heads, total_q, fmt and "
-                             f"total_kv: {err}") from None
+        raise AttributeError(f"validate.check_run_inputs needs the plan's device, num_heads, total_q, fmt, "
+                             f"total_kv and batch: {err}") from None
 
     q = check_q(q, num_heads_supported=None)
     if not _same_device(q.device, device):
@@ -450,16 +469,34 @@ def check_run_inputs(plan, q, cache, out=None, kv_indptr=None, qo_indptr=None):
     kv_cache = check_cache(cache, q.device)
     if kv_cache.format != fmt:
         raise ValueError(f"cache: the plan was made for format {fmt!r}, got a {kv_cache.format!r} cache")
-    if kv_cache.num_tokens < total_kv:
+    if kv_indptr is None and kv_cache.num_tokens < total_kv:
         raise ValueError(f"cache has {kv_cache.num_tokens} rows but the plan's kv_indptr ends at {total_kv} "
                          f"(expected at least {total_kv} rows)")
     check_out(out, total_q, num_heads, q.device, inputs=[q, *_cache_tensors(kv_cache)])
-    if kv_indptr is not None or qo_indptr is not None:
-        batch = plan.batch
-        for name, t in (("kv_indptr", kv_indptr), ("qo_indptr", qo_indptr)):
-            if t is not None:
-                check_indptr(name, t, device=q.device, batch=batch, check_values=False)
+    dtypes = tuple(getattr(plan, "indptr_dtypes", INDPTR_DTYPES))
+    reason = "" if set(dtypes) == set(INDPTR_DTYPES) else f" (what the {getattr(plan, 'backend', '')} kernels read)"
+    for name, t in (("kv_indptr", kv_indptr), ("qo_indptr", qo_indptr)):
+        if t is not None:
+            check_indptr(name, t, device=q.device, batch=batch, check_values=False, dtypes=dtypes,
+                         dtype_reason=reason)
     return kv_cache
+
+
+def check_run_values(plan, cache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor) -> tuple:
+    """The value checks of ``DecodePlan.run(check=True)``, after ``check_run_inputs``.
+
+    cache: the wrapped cache ``check_run_inputs`` returned; kv_indptr, qo_indptr: the (batch+1,)
+    device tensors this run uses (the replacements, or the plan's own). One host transfer of both
+    and the fp8 scale (a sync on a GPU, so not allowed while a CUDA graph is being captured:
+    RuntimeError), then: kv_indptr starts at 0, is non-decreasing and ends within the cache's rows;
+    qo_indptr starts at 0, is non-decreasing, ends at ``plan.total_q`` and gives no request more
+    than ``plan.max_q_len`` query tokens; the fp8 scale is finite and > 0.
+    Returns ``(kv_ptr, qo_ptr)``, the host values (int64 numpy arrays).
+    """
+    if kv_indptr.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("DecodePlan.run(check=True) reads the indptrs on the host, which a CUDA graph "
+                           "capture does not allow; capture run() without check (check it once before capturing)")
+    return _check_call_values(kv_indptr, qo_indptr, cache, plan.total_q, plan.max_q_len)
 
 
 def check_benchmark_data(data, fmt: str = "auto") -> None:

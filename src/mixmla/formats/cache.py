@@ -36,7 +36,9 @@ def _rows(name: str, t: torch.Tensor, width: int) -> torch.Tensor:
     if t.dim() != 2 or t.shape[1] != width:
         raise ValueError(f"{name} must have shape (N, {width}) or (N, 1, {width}), got {tuple(t.shape)}")
     if t.stride(1) != 1:
-        raise ValueError(f"{name} must be contiguous along its last dim, got strides {t.stride()}")
+        raise ValueError(f"{name} must be contiguous along its last dim (stride 1 between the {width} values of "
+                         f"a row; rows may be strided), got shape {tuple(t.shape)} with strides {t.stride()}: "
+                         f"a transposed or permuted tensor; pass it through .contiguous()")
     return t
 
 
@@ -146,7 +148,9 @@ class Mxfp4Cache(_TokenRows):
                 f"{rows.shape[0]} tokens, got {tuple(scales.shape)}"
             )
         if scales.stride(1) != 1:
-            raise ValueError(f"mxfp4 scales must be contiguous along the last dim, got strides {scales.stride()}")
+            raise ValueError(f"mxfp4 scales must be contiguous along the last dim (stride 1 between a row's scale "
+                             f"bytes; rows may be strided), got shape {tuple(scales.shape)} with strides "
+                             f"{scales.stride()}; pass them through .contiguous()")
         if scales.device != rows.device:
             raise ValueError(f"mxfp4 scales are on {scales.device} but the cache is on {rows.device}")
         object.__setattr__(self, "data", rows)

@@ -10,7 +10,8 @@ from .cache import FP8_DTYPES, Fp8Cache
 def quantize_fp8(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> Fp8Cache:
     """Quantize a cache to fp8 with one float32 scale for the whole tensor.
 
-    x: (N, 576) or (N, 1, 576), any float dtype, any device.
+    x: (N, 576) or (N, 1, 576), any float dtype, any device, any strides (the result is
+    contiguous), finite (NaN or Inf is a ValueError).
     dtype: ``torch.float8_e4m3fn`` (NVIDIA) or ``torch.float8_e4m3fnuz`` (AMD MI300).
     Returns ``Fp8Cache`` with ``scale = amax / fp8_max`` (float32, shape (1,)) and
     ``data = clamp(x / scale)`` rounded to nearest-even in fp8, so ``x ~ data * scale``.
@@ -25,9 +26,11 @@ def quantize_fp8(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> F
     # An empty cache (every request of the batch has Lk = 0) is legal and gets the all-zero scale.
     amax = (xf.abs().amax() if xf.numel() else xf.new_zeros(())).clamp(min=1e-12)
     if not torch.isfinite(amax):
-        raise ValueError("x holds NaN or Inf; fp8 per-tensor quantization needs finite values")
+        raise ValueError("x holds NaN or Inf; fp8 per-tensor quantization needs finite values (the scale "
+                         "comes from the largest magnitude)")
     scale = (amax / fmax).reshape(1)
-    data = (xf / scale).clamp(-fmax, fmax).to(dtype)
+    # A permuted x keeps its strides through the elementwise steps; the cache needs unit-stride rows.
+    data = (xf / scale).clamp(-fmax, fmax).to(dtype).contiguous()
     return Fp8Cache(data, scale)
 
 

@@ -78,11 +78,13 @@ def _encode_at(blocks: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
     return e2m1_encode(torch.ldexp(blocks, (-exponent).unsqueeze(-1).float()))
 
 
-def quantize_mxfp4_blocks(blocks: torch.Tensor, scale_rule: str = "benchmark") -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_mxfp4_blocks(blocks: torch.Tensor, scale_rule: str = "benchmark",
+                          name: str = "blocks") -> tuple[torch.Tensor, torch.Tensor]:
     """MXFP4-quantize blocks of 32 values: E2M1 codes and one E8M0 exponent per block.
 
     blocks: (..., 32), any float dtype, any device (computed in float32; the "mse" errors in
-    float64).
+    float64), finite: NaN or Inf is a ValueError naming ``name`` (checking it reads one flag on
+    the host, a sync on a GPU, as ``quantize_fp8`` does).
     scale_rule: "benchmark" (the producer's exponent, bit-exact with the benchmark) or "mse" (per
     block, the exponent among the producer's e and e +- 1, clamped to [-127, 127], whose codes have
     the smallest squared error; e is kept unless another is strictly better, so no block is worse).
@@ -95,7 +97,11 @@ def quantize_mxfp4_blocks(blocks: torch.Tensor, scale_rule: str = "benchmark") -
         raise ValueError(f"blocks must be a float tensor of shape (..., {MX_BLOCK}), got "
                          f"{getattr(blocks, 'dtype', type(blocks).__name__)} {tuple(getattr(blocks, 'shape', ()))}")
     blocks = blocks.float()
-    exponent = block_exponent(blocks.abs().amax(dim=-1))
+    amax = blocks.abs().amax(dim=-1)  # NaN where a block holds one
+    if amax.numel() and not bool(torch.isfinite(amax).all()):
+        raise ValueError(f"{name} holds NaN or Inf; MXFP4 quantization needs finite values (a block's scale "
+                         f"comes from its largest magnitude)")
+    exponent = block_exponent(amax)
     codes = _encode_at(blocks, exponent)
     if scale_rule == "benchmark":
         return codes, exponent
@@ -126,7 +132,8 @@ def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
 def quantize_mxfp4(x: torch.Tensor, pad_scales: bool = True, scale_rule: str = "benchmark") -> Mxfp4Cache:
     """Quantize a cache to MXFP4, by default exactly as the benchmark's producer does.
 
-    x: (N, 576) or (N, 1, 576), any float dtype, any device.
+    x: (N, 576) or (N, 1, 576), any float dtype, any device, any strides (the result is
+    contiguous), finite (NaN or Inf is a ValueError).
     pad_scales: lay the scales out as the producer does, (ceil(N/256)*256, 24) with only columns
     0..17 of the first N rows meaningful (the padding holds 127, i.e. 2**0); False gives (N, 18).
     scale_rule: "benchmark" (default: bit-exact with the producer) or "mse" (per block, the E8M0
@@ -140,9 +147,10 @@ def quantize_mxfp4(x: torch.Tensor, pad_scales: bool = True, scale_rule: str = "
         raise ValueError(f"x must have shape (N, {HEAD_DIM}) or (N, 1, {HEAD_DIM}), got {tuple(x.shape)}")
     n = x.shape[0]
     # codes (N, 18, 32), exponent (N, 18)
-    codes, exponent = quantize_mxfp4_blocks(x.reshape(n, MX_SCALES_PER_ROW, MX_BLOCK), scale_rule)
-    packed = pack_e2m1(codes.reshape(n, HEAD_DIM)).reshape(n, 1, HEAD_DIM // 2)
-    scale_bytes = (exponent + 127).to(torch.uint8)
+    codes, exponent = quantize_mxfp4_blocks(x.reshape(n, MX_SCALES_PER_ROW, MX_BLOCK), scale_rule, name="x")
+    # A permuted x keeps its strides through the elementwise steps; the cache needs unit-stride rows.
+    packed = pack_e2m1(codes.reshape(n, HEAD_DIM)).reshape(n, 1, HEAD_DIM // 2).contiguous()
+    scale_bytes = (exponent + 127).to(torch.uint8).contiguous()
     if pad_scales:
         rows = max(SCALE_PAD_ROWS, -(-n // SCALE_PAD_ROWS) * SCALE_PAD_ROWS)
         padded = torch.full((rows, SCALE_PAD_COLS), 127, dtype=torch.uint8, device=x.device)

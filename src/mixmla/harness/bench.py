@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from .progress import Progress
 from .stats import StopRule
 
 __all__ = ["main", "build_parser", "Settings", "settings_for", "select"]
@@ -113,59 +114,6 @@ def _line(k: int, n: int, row: dict) -> str:
     return s
 
 
-class _Progress:
-    """A progress bar on a terminal (rich, else tqdm); one printed line per finished case otherwise
-    (logs, the H200 run). Failures are always printed as a line."""
-
-    def __init__(self, total: int):
-        self.total, self.k = total, 0
-        self._rich = self._tqdm = None
-        if not sys.stderr.isatty():
-            return
-        try:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._rich = Progress(TextColumn("{task.description:<32}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=Console(stderr=True))
-            self._rich.start()
-            self._task = self._rich.add_task("mixmla bench", total=total)
-        except ImportError:
-            try:
-                from tqdm import tqdm
-
-                self._tqdm = tqdm(total=total, unit="case", file=sys.stderr, dynamic_ncols=True)
-            except ImportError:
-                pass
-
-    def describe(self, text: str):
-        if self._rich is not None:
-            self._rich.update(self._task, description=text)
-        elif self._tqdm is not None:
-            self._tqdm.set_description(text)
-
-    def done(self, row: dict):
-        self.k += 1
-        line = _line(self.k, self.total, row)
-        failed = row["status"] not in ("ok", "skipped")
-        if self._rich is not None:
-            self._rich.advance(self._task)
-            if failed:
-                self._rich.console.print(line, markup=False, highlight=False)
-        elif self._tqdm is not None:
-            self._tqdm.update(1)
-            if failed:
-                self._tqdm.write(line)
-        else:
-            print(line, flush=True)
-
-    def close(self):
-        if self._rich is not None:
-            self._rich.stop()
-        elif self._tqdm is not None:
-            self._tqdm.close()
-
-
 # ---------------------------------------------------------------------------------------------- main
 def _default_out() -> str:
     return os.path.join("bench", "out", datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
@@ -212,7 +160,7 @@ def run_gpu(args, specs: list[dict], paths: list[str], peer_names: list[str]) ->
     results["peers"] = peers_doc
     timer, flushers = CudaEventTimer(), (L2Flusher(mode="read"), L2Flusher(mode="write"))
     total = len(specs) * len(impls)
-    progress, done = _Progress(total), 0
+    progress, done = Progress(total, "mixmla bench"), 0
     for spec in specs:
         case = None
         for name, fmt in impls:
@@ -234,7 +182,7 @@ def run_gpu(args, specs: list[dict], paths: list[str], peer_names: list[str]) ->
                 del prep
             results["rows"].append(row)
             done += 1
-            progress.done(row)
+            progress.done(_line(done, total, row), show=row["status"] not in ("ok", "skipped"))
         del case
         torch.cuda.empty_cache()
     progress.close()

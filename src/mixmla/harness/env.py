@@ -44,7 +44,11 @@ def device_info(device=None) -> dict:
 
 def source_commit() -> str | None:
     """The git commit (short hash, ``+`` when the work tree has changes) of the checkout mixmla is
-    imported from, or None when it is not a git checkout."""
+    imported from, or None when it is not a git checkout. ``MIXMLA_SOURCE_COMMIT`` in the
+    environment overrides it, for a copy of the tree whose .git is not the one it came from."""
+    forced = os.environ.get("MIXMLA_SOURCE_COMMIT")
+    if forced:
+        return forced
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,

@@ -16,7 +16,10 @@ in a user's submission file) on every spec line of SPECFILE
 
 The geometric mean of the per-spec means is the ranking number. Without a CUDA GPU, ``test`` runs
 on the CPU (our kernels in the Triton interpreter) and the timed modes fall back to wall-clock time,
-clearly labelled and not comparable with GPU numbers. Exit status: 0 when every check passed.
+clearly labelled and not comparable with GPU numbers; there, specs with more cached tokens than
+``--max-kv-tokens`` (default: ``mixmla test``'s CPU cap) are skipped, as the interpreter takes
+minutes on them, and a live progress line says what runs on a terminal. Exit status: 0 when every
+spec that ran passed both checks (and one ran).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import re
 import sys
 import types
 
+from .progress import Progress
+from .selftest import CPU_MAX_KV_TOKENS, kv_tokens, shape_label
 from .stats import StopRule, geomean
 
 __all__ = ["SubmissionError", "load_submission", "main", "build_parser", "MODES", "rule_for"]
@@ -113,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-count", type=int, default=None, help="timed calls per spec at most (default 100)")
     p.add_argument("--wall-cap", type=float, default=None, help="wall-clock seconds per spec at most (default 120)")
     p.add_argument("--json", metavar="FILE", help="also write the per-spec results as JSON")
+    p.add_argument("--max-kv-tokens", type=int, default=None,
+                   help=f"skip specs with more cached tokens (batchsize x kvseqlen; default: {CPU_MAX_KV_TOKENS} "
+                        "without CUDA, unlimited with it)")
     return p
 
 
@@ -128,17 +136,25 @@ def _fail_text(verdict) -> str | None:
     return "; ".join(bad) if bad else None
 
 
-def _run_spec(mode: str, spec: dict, kernel, device: str, timer, rule: StopRule) -> dict:
+def _new_result(spec: dict, skipped: str | None = None) -> dict:
     from ..inputs import format_spec
+
+    return {"spec": format_spec(spec), "passed": False, "loose": None, "strict": None, "format": None,
+            "timing": None, "error": None, "skipped": skipped}
+
+
+def _run_spec(mode: str, spec: dict, kernel, device: str, timer, rule: StopRule, phase=lambda text: None) -> dict:
+    """One spec in ``mode``; ``phase(text)`` is told what runs now (for a progress line)."""
     from .cases import Case
     from .timing import time_calls
 
-    res = {"spec": format_spec(spec), "passed": False, "loose": None, "strict": None, "format": None,
-           "timing": None, "error": None}
+    res = _new_result(spec)
     try:
+        phase("inputs and references")
         case = Case.generate(spec, device=device)
         for fmt in ("bf16", "fp8", "mxfp4"):  # references before the call, in case it writes its inputs
             case.ref(fmt)
+        phase("checked call")
         verdict = _check(kernel(case.data), case, None)
     except Exception as e:
         res["error"] = f"{type(e).__name__}: {e}"
@@ -162,10 +178,18 @@ def _run_spec(mode: str, spec: dict, kernel, device: str, timer, rule: StopRule)
         call = lambda c: kernel(c.data)  # noqa: E731
     else:
         call = lambda _c: kernel(case.data)  # noqa: E731
+        phase("warm-up")
         for _ in range(2):  # warm-up, as the original's first quick pass did
             kernel(case.data)
+    timed = []
+
+    def counted(inputs):
+        timed.append(None)
+        phase(f"timed call {len(timed)}")
+        return call(inputs)
+
     try:
-        t = time_calls(call, timer, rule, prepare=prepare, check=check)
+        t = time_calls(counted, timer, rule, prepare=prepare, check=check)
     except Exception as e:
         res.update(passed=False, error=f"timing failed: {type(e).__name__}: {e}")
         return res
@@ -175,8 +199,9 @@ def _run_spec(mode: str, spec: dict, kernel, device: str, timer, rule: StopRule)
     return res
 
 
-def _print_result(i: int, r: dict) -> None:
-    print(f"[{i}] {r['spec']}")
+def _print_result(r: dict) -> None:
+    if r["skipped"]:
+        print(f"    SKIPPED {r['skipped']}")
     if r["error"]:
         print(f"    ERROR {r['error']}")
     for key in ("loose", "strict"):
@@ -218,27 +243,51 @@ def main(argv: list[str] | None = None) -> int:
         timer, device = WallTimer(), "cpu"
         print("mixmla eval: no CUDA GPU; running on the CPU" + ("" if args.mode == "test" else
               ", timing with the host wall clock (NOT comparable with GPU numbers)"))
+    max_tokens = args.max_kv_tokens if args.max_kv_tokens is not None or cuda else CPU_MAX_KV_TOKENS
+    if max_tokens is not None and not cuda:
+        print(f"mixmla eval: only specs with at most {max_tokens} cached tokens are run on the CPU (the Triton "
+              f"interpreter takes minutes on larger ones; --max-kv-tokens changes it)")
     print(f"mixmla eval {args.mode}: {name} on {len(specs)} spec(s) from {args.specfile}", flush=True)
     rule = rule_for(args.mode, args.max_count, args.wall_cap)
+    # The live line only off the GPU: there its refreshes would share the host with the timed calls.
+    progress = Progress(len(specs), f"mixmla eval {args.mode}", live=False if cuda else None)
     results = []
-    for i, spec in enumerate(specs):
-        r = _run_spec(args.mode, spec, kernel, device, timer, rule)
-        results.append(r)
-        _print_result(i, r)
-    passed = sum(r["passed"] for r in results)
-    print(f"\n{passed} of {len(results)} specs passed both checks (loose: original harness rule; strict: rel L2 <= 1e-2)")
-    means = [r["timing"]["mean"] for r in results if r.get("timing")]
+    try:
+        for i, spec in enumerate(specs):
+            head = f"[{i + 1}/{len(specs)}] {_new_result(spec)['spec']}"
+            print(head, flush=True)
+            if max_tokens is not None and kv_tokens(spec) > max_tokens:
+                r = _new_result(spec, skipped=f"{kv_tokens(spec)} cached tokens > {max_tokens} (--max-kv-tokens)")
+            else:
+                label = f"[{i + 1}/{len(specs)}] {shape_label(spec)}"
+                r = _run_spec(args.mode, spec, kernel, device, timer, rule,
+                              phase=lambda text, label=label: progress.describe(f"{label}: {text}"))
+            results.append(r)
+            progress.done()
+            _print_result(r)
+    finally:
+        progress.close()
+    ran = [r for r in results if not r["skipped"]]
+    passed = sum(r["passed"] for r in ran)
+    skipped = len(results) - len(ran)
+    print(f"\n{passed} of {len(ran)} specs passed both checks (loose: original harness rule; strict: rel L2 "
+          f"<= 1e-2)" + (f"; {skipped} skipped" if skipped else ""))
+    means = [r["timing"]["mean"] for r in ran if r.get("timing")]
     summary = {"mode": args.mode, "kernel": name, "timer": getattr(timer, "kind", None), "results": results,
-               "geomean_us": geomean(means) if means and len(means) == len(results) else None}
+               "geomean_us": geomean(means) if means and len(means) == len(ran) else None}
     if args.mode != "test":
         if summary["geomean_us"] is not None:
-            print(f"geomean of means: {summary['geomean_us']:.2f} us over {len(means)} specs ({timer.kind})")
+            print(f"geomean of means: {summary['geomean_us']:.2f} us over {len(means)} specs ({timer.kind})"
+                  + (f", {skipped} skipped" if skipped else ""))
         else:
-            print("geomean: not computed (a spec failed)")
+            print("geomean: not computed (" + ("a spec failed" if ran else "no spec ran") + ")")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=1)
-    return 0 if passed == len(results) else 1
+    if not ran:
+        print("mixmla eval: nothing was run (every spec was skipped)", file=sys.stderr)
+        return 1
+    return 0 if passed == len(ran) else 1
 
 
 if __name__ == "__main__":

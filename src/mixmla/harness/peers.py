@@ -107,6 +107,7 @@ class Mixmla(Impl):
             call = lambda: api.custom_kernel(data, fmt=fmt)  # noqa: E731
         plan = api.plan(kv_indptr, qo_indptr, num_heads=case.num_heads, fmt=fmt, sm_scale=case.sm_scale,
                         device=q.device)
+        note = "; ".join(filter(None, (note, f"{plan.backend} backend")))
         cache, out = case.cache(fmt), _out_like(case)
         return Prepared(call, lambda: plan.run(q, cache, out=out), out, fmt, note)
 

@@ -131,7 +131,9 @@ def shape_label(spec: dict) -> str:
     return f"b{spec['batchsize']} q{spec['qseqlen']} {kv} h{spec.get('numheads', 16)} s{spec['seed']}"
 
 
-def _kv_tokens(spec: dict) -> int:
+def kv_tokens(spec: dict) -> int:
+    """Cached tokens of a spec at most (batchsize x kvseqlen; a ragged spec has fewer): what its
+    time under the interpreter grows with."""
     return int(spec["batchsize"]) * int(spec["kvseqlen"])
 
 
@@ -167,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Check an implementation against the exact reference on the same cache, per shape and "
             "format, with the original harness's loose rule (|out-ref| <= 0.1 + 0.1*|ref| for all "
-            "but 5%% of the elements) and the strict rule (relative L2 error <= 1e-2, no NaN/Inf). "
+            "but 5% of the elements) and the strict rule (relative L2 error <= 1e-2, no NaN/Inf). "
             "Output buffers are poisoned with NaN first when the implementation takes out=. "
             "'format vs bf16' is the format's own quantization error (the reference on that "
             "format against the reference on bf16), for information."),
@@ -237,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     results: list[CaseResult] = []
     for spec in specs:
         text = shape_label(spec)
-        if max_tokens is not None and _kv_tokens(spec) > max_tokens:
-            reason = f"skipped: {_kv_tokens(spec)} cached tokens > {max_tokens}"
+        if max_tokens is not None and kv_tokens(spec) > max_tokens:
+            reason = f"skipped: {kv_tokens(spec)} cached tokens > {max_tokens}"
             results.extend(CaseResult(text, fmt, "SKIP", detail=reason) for fmt in formats)
             continue
         data = generate_from_spec(spec, device=device)

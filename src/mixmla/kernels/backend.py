@@ -48,10 +48,13 @@ class Layout:
 class BackendPlan(abc.ABC):
     """One layout made ready to launch. ``config`` is the backend's kernel shape (for Triton a
     ``KernelConfig``); ``schedule`` the ``mixmla.schedule.Schedule`` of its work items, or None
-    when the backend does not split that way."""
+    when the backend does not split that way. ``indptr_dtypes``: the dtypes its kernels read the
+    indptrs as (the API converts the plan's own indptrs to int32 and rejects a replacement of
+    another dtype, since converting it in ``run`` would allocate)."""
 
     config: object
     schedule: object
+    indptr_dtypes: tuple = (torch.int32,)
 
     @abc.abstractmethod
     def run(self, q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, out: torch.Tensor,
@@ -60,8 +63,8 @@ class BackendPlan(abc.ABC):
         captured in a CUDA graph.
 
         q (total_q, H, 576) bf16 (stride(-1) == 1); cache: the layout's format as a
-        ``mixmla.formats`` container; kv_indptr, qo_indptr (batch+1,) int32/int64 on the device
-        (their values may differ from the layout's lengths, within the API's contract); out
+        ``mixmla.formats`` container; kv_indptr, qo_indptr (batch+1,) of ``indptr_dtypes`` on the
+        device (their values may differ from the layout's lengths, within the API's contract); out
         (total_q, H, 512) contiguous, of one of the backend's ``out_dtypes``, written; lse
         (total_q, H) float32 natural log, written when given. All arguments are checked by the
         API before the call.
@@ -107,9 +110,10 @@ def _load(chosen: str, name: str) -> Backend:
     return backend
 
 
-def get_backend(name: str, layout: Layout) -> Backend:
+def get_backend(name: str, layout: Layout, config=None) -> Backend:
     """The backend ``name`` ('auto', 'triton' or 'gluon') for ``layout``. 'auto' is the Gluon
-    (Hopper) backend where it says it is faster for the layout (``preferred``), else Triton.
+    (Hopper) backend where it says it is faster for the layout (``preferred``), else Triton; with
+    a ``config`` (a kernel shape, which only the Triton kernels take) 'auto' is Triton.
 
     Raises ValueError naming the argument when the name is unknown, the backend is not part of
     this installation, or it cannot run the layout.
@@ -121,7 +125,8 @@ def get_backend(name: str, layout: Layout) -> Backend:
             gluon = _load("gluon", name)
         except ValueError:  # not in this installation: Triton serves everything
             gluon = None
-        backend = gluon if gluon is not None and gluon.preferred(layout) else _load("triton", name)
+        use_gluon = gluon is not None and config is None and gluon.preferred(layout)
+        backend = gluon if use_gluon else _load("triton", name)
     else:
         backend = _load(name, name)
     reason = backend.unsupported(layout)

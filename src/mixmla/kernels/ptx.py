@@ -83,27 +83,20 @@ HOPPER_FP8_TO_F16X2 = ("{" + with_operands(FP8_E4M3_TO_F16X2, {2: 4}) + with_ope
 # of four values and two more interleave them into two registers; the four sign bits (bit 3 of
 # each nibble) become the top bits of the high bytes by one byte permute of (word << 4, word) and
 # one lop3. Exact as MXFP4_TO_BF16X2 (scale byte 0 gives zeros, the NaN byte 255 infinities or NaN).
-_HOPPER_MXFP4_WORD = """
-and.b32 sel, $N, 0x77777777;
-shl.b32 c4, $N, 4;
-prmt.b32 sg, c4, $N, 0x5140;
+_HOPPER_MXFP4_HALF = """
+prmt.b32 sg, c4, $N, SIGNS;
 prmt.b32 hi4, ht0, ht1, sel;
 lop3.b32 hi4, hi4, sg, 0x80808080, 0xF8;
 prmt.b32 lo4, lt0, lt1, sel;
-prmt.b32 $A, lo4, hi4, 0x5140;
-prmt.b32 $B, lo4, hi4, 0x7362;
-shr.b32 sel, sel, 16;
-prmt.b32 sg, c4, $N, 0x7362;
-prmt.b32 hi4, ht0, ht1, sel;
-lop3.b32 hi4, hi4, sg, 0x80808080, 0xF8;
-prmt.b32 lo4, lt0, lt1, sel;
-prmt.b32 $C, lo4, hi4, 0x5140;
-prmt.b32 $D, lo4, hi4, 0x7362;
-mul.rn.bf16x2 $A, $A, $M;
-mul.rn.bf16x2 $B, $B, $M;
-mul.rn.bf16x2 $C, $C, $M;
-mul.rn.bf16x2 $D, $D, $M;
+prmt.b32 FIRST, lo4, hi4, 0x5140;
+prmt.b32 SECOND, lo4, hi4, 0x7362;
 """
+# The word's first two bytes (nibbles 0..3, their signs picked by 0x5140), then the last two.
+_HOPPER_MXFP4_WORD = ("\nand.b32 sel, $N, 0x77777777;\nshl.b32 c4, $N, 4;"
+                      + _HOPPER_MXFP4_HALF.replace("SIGNS", "0x5140").replace("FIRST", "$A").replace("SECOND", "$B")
+                      + "shr.b32 sel, sel, 16;"
+                      + _HOPPER_MXFP4_HALF.replace("SIGNS", "0x7362").replace("FIRST", "$C").replace("SECOND", "$D")
+                      + "".join(f"mul.rn.bf16x2 {r}, {r}, $M;\n" for r in ("$A", "$B", "$C", "$D")))
 
 
 def _word(n, m, a, b, c, d):

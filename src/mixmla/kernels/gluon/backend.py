@@ -32,6 +32,7 @@ class HopperPlan(BackendPlan):
 
     config = None
     schedule = None
+    indptr_dtypes = (torch.int32,)  # the kernel's signature types the indptrs as i32 (compile.SIGNATURE)
 
     def __init__(self, layout: Layout):
         units = int(((layout.kv_lens + 63) // 64).sum()) + launch.REQUEST_COST_TILES * layout.batch

@@ -21,15 +21,15 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
                                                                warpgroup_mma_init, warpgroup_mma_wait)
 
+from ..constants import FMT_FP8, FMT_MXFP4, LN2, LOG2E
 from . import fp8, mxfp4
 from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, chunk_column, p_layout, q_layout,
                       score_layout, to_key_operand, v_layout)
 
-FMT_FP8 = gl.constexpr(1)
-FMT_MXFP4 = gl.constexpr(2)
 VALUE_DIM = gl.constexpr(512)
-LOG2E = gl.constexpr(1.4426950408889634)
-LN2 = gl.constexpr(0.6931471805599453)
+#: log2 of the largest probability the products may see: fp16 (fp8 caches) and bf16 hold it exactly
+#: in range, and the float32 row sums and accumulators lose nothing.
+RESCALE_BITS = gl.constexpr(8.0)
 
 
 @gluon.jit
@@ -161,19 +161,28 @@ def _finish(m, l):
 
 
 @gluon.jit
-def _part_slots(ids, first, start_b, num_programs, total):
-    """Workspace slots of the partial results programs ``ids`` left for a request (int32 tensor) and
-    which of them exist (a program with an empty range left none)."""
-    lo = _range_bound(ids, num_programs, total)
-    exists = lo < _range_bound(ids + 1, num_programs, total)
-    return 2 * ids + ((ids == first) & (lo < start_b)).to(gl.int32), exists
+def _piece_count(first, last, cost_b, num_programs, total):
+    """How many programs hold a piece of a request of ``cost_b`` units whose first and last units
+    programs ``first`` and ``last`` hold. With at least as many programs as units each program holds
+    at most one unit, so every unit is a piece; with fewer, every program's range is non-empty."""
+    return gl.where(num_programs >= total, cost_b, last - first + 1)
+
+
+@gluon.jit
+def _piece_slots(k, first, start_b, num_programs, total):
+    """Workspace slots of pieces ``k`` (int32 tensor, 0 .. count - 1) of a request, in program order:
+    piece k's program is ``first + k`` (fewer programs than units) or the one holding unit
+    ``start_b + k`` (one unit per program). A program's slot is 2i, or 2i + 1 when the request is
+    not the first of its range (only ``first``'s range can start before the request)."""
+    owner = gl.where(num_programs >= total, _program_of(start_b + k, num_programs, total), first + k)
+    return 2 * owner + ((owner == first) & (_range_bound(owner, num_programs, total) < start_b)).to(gl.int32)
 
 
 @gluon.jit
 def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
-                 first, last, start_b, num_programs, total, H: gl.constexpr, ROWS: gl.constexpr,
+                 first, count, start_b, num_programs, total, H: gl.constexpr, ROWS: gl.constexpr,
                  WRITE_LSE: gl.constexpr):
-    """Merges the partial results of one request (programs ``first .. last`` each left one).
+    """Merges the ``count`` partial results of one request (``_piece_slots``).
 
     A first pass over the log-sum-exps gives the merged one; then each quarter of the 512 output
     columns is summed over the parts, 8 parts per load, so that a request cut into many parts
@@ -183,10 +192,10 @@ def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_pt
     rows_l = gl.arange(0, ROWS, layout=gl.SliceLayout(0, ll))
     m = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(0, ll))
     w = gl.zeros([ROWS], gl.float32, gl.SliceLayout(0, ll))
-    for g0 in range(first, last + 1, PG):
-        ids = g0 + gl.arange(0, PG, layout=gl.SliceLayout(1, ll))
-        slots, ok = _part_slots(ids, first, start_b, num_programs, total)
-        ok = ok & (ids <= last)
+    for g0 in range(0, count, PG):
+        k = g0 + gl.arange(0, PG, layout=gl.SliceLayout(1, ll))
+        ok = k < count
+        slots = _piece_slots(k, first, start_b, num_programs, total)
         lse_i = gl.load(part_lse_ptr + slots[:, None] * ROWS + rows_l[None, :], mask=ok[:, None] & (rows_l < ROWS)[None, :],
                         other=float("-inf"))
         m_new = gl.maximum(m, gl.max(lse_i, axis=0))
@@ -210,10 +219,10 @@ def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_pt
     scale = gl.convert_layout(inv_w, gl.SliceLayout(1, acc_l))
     for quarter in gl.static_range(4):
         acc = gl.zeros([ROWS, COLS], gl.float32, acc_l)
-        for g0 in range(first, last + 1, OG):
-            ids = g0 + gl.arange(0, OG, layout=gl.SliceLayout(1, gl.SliceLayout(2, ol)))
-            slots, ok = _part_slots(ids, first, start_b, num_programs, total)
-            ok = ok & (ids <= last)
+        for g0 in range(0, count, OG):
+            k = g0 + gl.arange(0, OG, layout=gl.SliceLayout(1, gl.SliceLayout(2, ol)))
+            ok = k < count
+            slots = _piece_slots(k, first, start_b, num_programs, total)
             lse_i = gl.load(part_lse_ptr + slots[:, None] * ROWS + rows3[None, :], mask=ok[:, None], other=float("-inf"))
             wi = gl.exp2(lse_i - m_o[None, :])
             base = part_o_ptr + (slots[:, None] * ROWS + rows3[None, :]).to(gl.int64) * VALUE_DIM + COLS * quarter
@@ -305,10 +314,8 @@ def mla_decode_hopper_kernel(
             t_begin = gl.minimum(gl.maximum(gl.maximum(u_begin, start_b) - start_b - C0, 0), n_tiles)
             t_end = gl.minimum(gl.maximum(gl.minimum(u_end, cum_b) - start_b - C0, 0), n_tiles)
             first = _program_of(start_b, num_programs, total)
-            last = _program_of(cum_b - 1, num_programs, total)
-            nparts = 0
-            for i in range(first, last + 1):
-                nparts += (_range_bound(i, num_programs, total) < _range_bound(i + 1, num_programs, total)).to(gl.int32)
+            nparts = _piece_count(first, _program_of(cum_b - 1, num_programs, total), cum_b - start_b, num_programs,
+                                  total)
 
             raw = _load_tile(FORMAT, kv_ptr, sc_ptr, kv_stride, sc_stride, kv_lo, kv_len, t_begin, t_begin < t_end)
             q_mult = _stage_query(FORMAT, q_smem, q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
@@ -342,15 +349,22 @@ def mla_decode_hopper_kernel(
                 pos = t * TILE + r_s
                 visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
                 s = gl.where(visible, st * qk[None, :], float("-inf"))
-                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))
-                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-                p = gl.exp2(s - m_safe[None, :])
-                alpha = gl.exp2(m_i - m_safe)
-                l_acc = l_acc * alpha[None, :] + p
-                m_i = m_new
-                scaled = ()
-                for c in gl.static_range(VALUE_CHUNKS):
-                    scaled = scaled + (acc[c] * alpha[None, :], )
+                # The running maximum moves only when some column's grows by more than RESCALE_BITS
+                # (a uniform decision): then the 64 accumulator registers are rescaled; otherwise
+                # probabilities up to 2**RESCALE_BITS enter the products.
+                m_tile = _tile_max(s, red_smem, ROWS)
+                grow = gl.max((m_tile > m_i + RESCALE_BITS).to(gl.int32), axis=0) > 0
+                scaled = acc
+                if grow:
+                    m_new = gl.maximum(m_i, m_tile)
+                    alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
+                    l_acc = l_acc * alpha[None, :]
+                    m_i = m_new
+                    scaled = ()
+                    for c in gl.static_range(VALUE_CHUNKS):
+                        scaled = scaled + (acc[c] * alpha[None, :], )
+                p = gl.exp2(s - gl.where(m_i == float("-inf"), 0.0, m_i)[None, :])
+                l_acc = l_acc + p
                 z = _opaque_zero(t)
                 p_smem = p_all.index(z)
                 p_smem.store(p.to(MMA_DT))
@@ -381,5 +395,5 @@ def mla_decode_hopper_kernel(
                 if done == nparts - 1:
                     _fence_gpu()
                     _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo,
-                                 q_len, first, last, start_b, num_programs, total, H, ROWS, WRITE_LSE)
+                                 q_len, first, nparts, start_b, num_programs, total, H, ROWS, WRITE_LSE)
                     gl.store(counter_ptr + b, 0)

@@ -13,8 +13,7 @@ import torch
 from ...formats import Fp8Cache, KVCache, Mxfp4Cache
 from .compile import KernelSpec, compile_decode
 
-FMT_FP8 = 1
-FMT_MXFP4 = 2
+from ..constants import FMT_FP8, FMT_MXFP4
 ROWS = 16  #: query rows per request the kernel covers (heads x query tokens)
 PROGRAMS_PER_SM = 2
 #: Fixed cost of a request, in units of one 64-token tile, in the work split between programs.
@@ -32,7 +31,7 @@ def _block_b(batch: int) -> int:
 def shipped_specs() -> list[KernelSpec]:
     """Every kernel specialization ``HopperDecoder`` can ask for (CI compiles them all)."""
     specs = []
-    for fmt in (FMT_FP8, FMT_MXFP4):
+    for fmt in (FMT_FP8.value, FMT_MXFP4.value):
         for block_b in (128, 256, 512, 1024):
             for write_lse in (True, False):
                 specs.append(KernelSpec(H=16, ROWS=ROWS, FORMAT=fmt, BLOCK_B=block_b, C0=REQUEST_COST_TILES,
@@ -85,7 +84,7 @@ class HopperDecoder:
                  programs: int | None = None):
         self.batch = int(batch)
         self.num_heads = int(num_heads)
-        self.format = {"fp8": FMT_FP8, "mxfp4": FMT_MXFP4}[fmt]
+        self.format = {"fp8": FMT_FP8.value, "mxfp4": FMT_MXFP4.value}[fmt]
         self.device = device
         self.programs = programs or PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
         self.spec = KernelSpec(H=self.num_heads, ROWS=ROWS, FORMAT=self.format, BLOCK_B=_block_b(self.batch),

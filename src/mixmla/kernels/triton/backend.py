@@ -38,6 +38,8 @@ def _schedule_on_device(device: torch.device, nsplit: bytes, rows_max: int, bloc
 class TritonPlan(BackendPlan):
     """A layout's schedule, its work items and workspace on the device, and the kernel shape."""
 
+    indptr_dtypes = (torch.int32, torch.int64)  # the kernels load either and widen to int64
+
     def __init__(self, layout: Layout, config: KernelConfig | None):
         rows_max = rows_per_request(layout.q_lens, layout.num_heads)
         self.config = c = config or default_config(layout.fmt, rows_max)
@@ -58,8 +60,9 @@ class TritonPlan(BackendPlan):
             part_lse = workspace[rows * VALUE_DIM:].view(s.num_work, s.rows_max)
         self.constants = launch.PlanConstants(s, work, (part_o, part_lse), layout.sm_scale, layout.num_heads, c,
                                               INTERPRETED)
-        # Compiled launches on CUDA; the interpreter has nothing to compile.
-        self._compiled = launch.CompiledLaunches() if layout.device.type == "cuda" and not INTERPRETED else None
+        # Compiled launches on CUDA, shared by every plan; the interpreter has nothing to compile.
+        self._compiled = launch.SHARED if layout.device.type == "cuda" and not INTERPRETED else None
+        self._key = launch.plan_key(self.constants)
 
     def run(self, q, cache, kv_indptr, qo_indptr, out, lse) -> None:
         launches = launch.launches(self.constants, q, cache, kv_indptr, qo_indptr, out, lse)
@@ -67,7 +70,7 @@ class TritonPlan(BackendPlan):
             for one in launches:
                 launch.run(one)
         else:
-            self._compiled.launch(launches, launch.call_key(q, cache, kv_indptr, qo_indptr, out, lse))
+            self._compiled.launch(launches, (self._key, launch.call_key(q, cache, kv_indptr, qo_indptr, out, lse)))
 
 
 class TritonBackend(Backend):
@@ -84,6 +87,9 @@ class TritonBackend(Backend):
         return None
 
     def plan(self, layout: Layout, config: KernelConfig | None = None) -> TritonPlan:
+        if config is not None and not isinstance(config, KernelConfig):
+            raise TypeError(f"config must be a mixmla.KernelConfig (the Triton kernels' shape) or None for the "
+                            f"tuned default, got {type(config).__name__} {config!r}")
         return TritonPlan(layout, config)
 
 

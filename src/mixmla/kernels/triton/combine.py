@@ -9,7 +9,8 @@ nothing.
 import triton
 import triton.language as tl
 
-from .softmax import LN2, finish_rows, online_softmax_step
+from ..constants import LN2
+from .softmax import finish_rows, online_softmax_step
 
 VALUE_DIM = tl.constexpr(512)
 

@@ -6,21 +6,58 @@ the variants that were tried and dropped.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, replace
 
 from ...schedule import MAX_BLOCK_R, MIN_BLOCK_R, block_rows
 
+#: block_t is a power of two (``tl.arange``) from the smallest matrix-product side Triton takes ...
+MIN_BLOCK_T = 16
+#: ... to the largest tile whose decoded keys (block_t x 576 16-bit values) fit an H200's 228 KB of
+#: shared memory; twice that would not.
+MAX_BLOCK_T = 128
+#: num_warps: a power of two up to a 1024-thread program.
+MAX_NUM_WARPS = 32
+
+
+def _int_field(name: str, value, low: int, high: int | None = None, power_of_two: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"KernelConfig.{name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if value < low or (high is not None and value > high) or (power_of_two and value & (value - 1)):
+        kind = "a power of two" if power_of_two else "an int"
+        bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"KernelConfig.{name} must be {kind} {bounds}, got {value}")
+
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """Kernel shape for one format. block_t: cached tokens per loop step; num_warps, num_stages:
-    Triton launch options; items_per_sm and min_chunk: the split policy (``mixmla.schedule``)."""
+    """Kernel shape for one format, checked when made (TypeError/ValueError naming the field).
+
+    block_t: cached tokens per loop step, a power of two in [MIN_BLOCK_T, MAX_BLOCK_T];
+    num_warps (a power of two up to MAX_NUM_WARPS), num_stages (>= 1): Triton launch options;
+    items_per_sm (finite, > 0: work items aimed at per SM) and min_chunk (>= 1 tokens): the split
+    policy (``mixmla.schedule``). A shape can be valid here and still not fit a given GPU (shared
+    memory, registers): that is a launch error, which ``kernels.triton.compile`` finds without one.
+    """
 
     block_t: int = 32
     num_warps: int = 4
     num_stages: int = 2
     items_per_sm: float = 2.0
     min_chunk: int = 64
+
+    def __post_init__(self):
+        _int_field("block_t", self.block_t, MIN_BLOCK_T, MAX_BLOCK_T, power_of_two=True)
+        _int_field("num_warps", self.num_warps, 1, MAX_NUM_WARPS, power_of_two=True)
+        _int_field("num_stages", self.num_stages, 1)
+        _int_field("min_chunk", self.min_chunk, 1)
+        if isinstance(self.items_per_sm, bool) or not isinstance(self.items_per_sm, numbers.Real):
+            raise TypeError(f"KernelConfig.items_per_sm must be a number, got {type(self.items_per_sm).__name__} "
+                            f"{self.items_per_sm!r}")
+        if not math.isfinite(self.items_per_sm) or self.items_per_sm <= 0:
+            raise ValueError(f"KernelConfig.items_per_sm must be finite and > 0, got {self.items_per_sm!r}")
 
 
 #: Defaults per format, the fastest in the H200 sweeps (bench/results/2026-11-30-*/sweep*.jsonl).

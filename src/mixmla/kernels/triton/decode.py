@@ -14,8 +14,9 @@ make the plan's balance worse.
 import triton
 import triton.language as tl
 
-from .pieces import FMT_FP8, FMT_FP8_FNUZ, NOPE_HALF, ROPE_HALF, load_query_piece, store_value_rows
-from .softmax import LN2, finish_rows, online_softmax_step
+from ..constants import FMT_FP8, FMT_FP8_FNUZ, LN2
+from .pieces import NOPE_HALF, ROPE_HALF, load_query_piece, store_value_rows
+from .softmax import finish_rows, online_softmax_step
 from .tiles import load_key_tile
 
 

@@ -7,8 +7,10 @@ kernel's own launcher both take. ``compile`` compiles them for a target without 
 
 Launching through Triton's dispatcher (``kernel[grid](...)``) binds and specializes every argument
 in Python on every call, which costs more host time than the GPU work of a small decode step.
-:class:`CompiledLaunches` does that once per plan and call key (``call_key``: what the
-specialization depends on) and afterwards calls the compiled kernels' own launchers.
+:class:`CompiledLaunches` does that once per specialization (``plan_key`` for what a plan fixes,
+``call_key`` for what a call passes) and afterwards calls the compiled kernels' own launchers;
+one instance, ``SHARED``, serves every plan, so a new plan of a known specialization (each
+``mla_decode`` call makes one) skips the dispatcher too.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from ...schedule import Schedule
 from .combine import mla_combine_kernel
 from .configs import KernelConfig
 from .decode import mla_decode_kernel
-from .pieces import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
+from ..constants import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
 
 COMBINE_BLOCK_R = 16  #: rows per combine program
 COMBINE_BLOCK_D = 32  #: output columns per combine program: 16 programs per row block, many in flight
@@ -107,9 +109,34 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
         part_o, part_lse, s.rows_max, split_indptr, qo_indptr,
         out, out.stride(0), out.stride(1), lse_arg, lse_stride,
         plan.num_heads, COMBINE_BLOCK_R, COMBINE_BLOCK_D,
-        min(COMBINE_MAX_BLOCK_S, 1 << max(0, s.max_splits - 1).bit_length()), write_lse,
+        _combine_block_s(s), write_lse,
     ), dict(num_warps=4))
     return [decode, combine]
+
+
+def _int_spec(v: int) -> tuple:
+    # What Triton specializes an integer argument on: 1, divisibility by 16, 32- or 64-bit.
+    return v == 1, v % 16 == 0, -(1 << 31) <= v < (1 << 31)
+
+
+def _tensor_spec(t: torch.Tensor) -> tuple:
+    return t.dtype, t.data_ptr() & 15
+
+
+def plan_key(plan: PlanConstants) -> tuple:
+    """What Triton's specialization of a call's kernels depends on among the arguments a plan
+    fixes (``launches`` passes these and the call's tensors, see ``call_key``): every constexpr,
+    the specialization of every integer, and each plan tensor's dtype and 16-byte alignment. The
+    float ``sm_scale`` and the grid do not specialize. Two plans with equal keys launch the same
+    compiled kernels for the same call key."""
+    s, c = plan.schedule, plan.config
+    tensors = tuple(_tensor_spec(t) for t in (*plan.work, *plan.workspace))
+    return (s.direct, s.block_r, _int_spec(s.rows_max), _combine_block_s(s), plan.num_heads, c.block_t,
+            c.num_warps, c.num_stages, plan.interpreted, tensors)
+
+
+def _combine_block_s(s: Schedule) -> int:
+    return min(COMBINE_MAX_BLOCK_S, 1 << max(0, s.max_splits - 1).bit_length())
 
 
 def run(launch: Launch):
@@ -145,8 +172,8 @@ def _has_hooks(hook) -> bool:
 
 
 class CompiledLaunches:
-    """A plan's compiled kernels per call key and CUDA device, so that only the first call of each
-    key goes through the dispatcher.
+    """Compiled kernels per key and CUDA device, so that only the first call of each key goes
+    through the dispatcher (the key: ``(plan_key, call_key)``; the most recent ``capacity`` kept).
 
     The dispatcher also runs when a launch hook is set (a profiler's), so that the hook sees the
     launch, and when it did not hand back a compiled kernel (asynchronous compilation).
@@ -154,8 +181,9 @@ class CompiledLaunches:
     which asks torch; the current device's current stream, as the dispatcher launches).
     """
 
-    def __init__(self, current_device=None, current_stream=None):
+    def __init__(self, current_device=None, current_stream=None, capacity: int = 256):
         self._kernels: dict[tuple, list] = {}
+        self._capacity = capacity
         self._current_device = current_device
         self._current_stream = current_stream
 
@@ -171,7 +199,13 @@ class CompiledLaunches:
             compiled = [run(one) for one in launches]
             if not hooked and all(isinstance(k, CompiledKernel) for k in compiled):
                 self._kernels[(device, key)] = compiled
+                if len(self._kernels) > self._capacity:  # dicts keep insertion order: drop the oldest
+                    del self._kernels[next(iter(self._kernels))]
             return
         stream = self._current_stream(device)
         for kernel, one in zip(kernels, launches):
             launch_compiled(kernel, one.grid, stream, one.args)
+
+
+#: The compiled kernels of every plan.
+SHARED = CompiledLaunches()

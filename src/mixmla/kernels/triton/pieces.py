@@ -17,10 +17,7 @@ The format ids are the decode kernel's ``FORMAT`` constexpr.
 import triton
 import triton.language as tl
 
-FMT_BF16 = tl.constexpr(0)
-FMT_FP8 = tl.constexpr(1)
-FMT_MXFP4 = tl.constexpr(2)
-FMT_FP8_FNUZ = tl.constexpr(3)
+from ..constants import FMT_MXFP4
 
 NOPE_HALF = tl.constexpr(256)
 ROPE_HALF = tl.constexpr(32)

@@ -8,8 +8,6 @@ A row that has seen nothing keeps ``m = -inf`` and ``l = 0``; the helpers never 
 import triton
 import triton.language as tl
 
-LN2 = tl.constexpr(0.6931471805599453)
-LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit

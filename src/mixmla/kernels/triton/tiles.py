@@ -6,7 +6,8 @@ import triton
 import triton.language as tl
 
 from . import bf16, fp8, mxfp4
-from .pieces import FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4, NOPE_HALF, ROPE_HALF
+from ..constants import FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
+from .pieces import NOPE_HALF, ROPE_HALF
 
 
 @triton.jit
