@@ -14,9 +14,9 @@ What dcp_decode is held to:
   at 2e-3: the decode kernel rounds each probability to bf16 for the value product, relative to
   the running maximum of the tokens it has seen, so two different splits of the same tokens
   (shards vs. the unsharded split) round differently. Both are equally close to float64, but they
-  differ from each other by more than one bf16 rounding (up to 2.6e-3 relative L2 measured on
-  these shapes with the GPU's round-to-nearest-even emulated in the interpreter; Triton 3.6's
-  interpreter truncates, which makes it larger). docs/ARCHITECTURE.md has the numbers.
+  differ from each other by more than one bf16 rounding, also with the GPU's rounding (emulated in
+  the interpreter: docs/ARCHITECTURE.md has the measurement, bench/studies/dcp_split_rounding.py
+  the method).
 """
 
 from __future__ import annotations
@@ -355,7 +355,7 @@ def _run_and_check(pool, cases):
         part_lses = torch.stack([results[k][3] for results in per_rank])
         _assert_exact_merge(case, out, lse, parts, part_lses)
         _assert_matches_single(case, out, lse)
-    return [r[:2] for r in per_rank[0]]
+    _both_schedules_agree(cases, [r[:2] for r in per_rank[0]])
 
 
 def _both_schedules_agree(cases, results):
@@ -381,8 +381,7 @@ def test_dcp_decode_matches_the_unsharded_decode(pools, world_size):
     cases = [_case(fmt, interleave, schedule) for fmt in FORMATS
              for interleave, schedule in ((1, "allgather"), (64, "reduce_scatter"))]
     cases += [_case("mxfp4", 1, "reduce_scatter"), _case("bf16", 1, "allgather", kv_lens=SHORT_LENS, seed=12)]
-    results = _run_and_check(pools(world_size), cases)
-    _both_schedules_agree(cases, results)
+    _run_and_check(pools(world_size), cases)
 
 
 @needs_interpreter
@@ -392,21 +391,17 @@ def test_dcp_decode_every_combination(pools, world_size):
     """Every format x interleave 1 and 64 x both schedules x the ragged and the short batch."""
     cases = [_case(fmt, interleave, schedule, kv_lens=lens, seed=seed) for fmt in FORMATS for interleave in (1, 64)
              for schedule in SCHEDULES for lens, seed in ((KV_LENS, 11), (SHORT_LENS, 12))]
-    results = _run_and_check(pools(world_size), cases)
-    _both_schedules_agree(cases, results)
+    _run_and_check(pools(world_size), cases)
 
 
 @needs_interpreter
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_dcp_decode_more_heads_and_seeds(pools, world_size):
-    """32 and 64 heads (the reduce-scatter's slices of 8 to 32 heads), other seeds, the other cache
-    forms."""
-    cases = [_case(fmt, interleave, schedule, heads=heads, seed=seed, form=form)
-             for fmt in FORMATS for interleave, schedule in ((1, "allgather"), (64, "reduce_scatter"))
-             for heads, seed, form in ((32, 21, "container"), (64, 22, "benchmark"))]
-    results = _run_and_check(pools(world_size), cases)
-    _both_schedules_agree(cases, results)
+def test_dcp_decode_more_heads(pools, world_size):
+    """32 heads (the reduce-scatter's slices of 8 and 16 heads), another seed, the other cache form."""
+    cases = [_case(fmt, interleave, schedule, heads=32, seed=21, form="container" if fmt != "fp8" else "benchmark")
+             for fmt in FORMATS for interleave, schedule in ((1, "allgather"), (64, "reduce_scatter"))]
+    _run_and_check(pools(world_size), cases)
 
 
 @needs_interpreter

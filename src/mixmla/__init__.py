@@ -26,11 +26,12 @@ from .formats import (  # noqa: E402
 )
 from .kernels.triton.configs import KernelConfig  # noqa: E402
 from .reference import mla_decode_reference  # noqa: E402
+from . import distributed  # noqa: E402  (mixmla.distributed: decode context parallelism)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "mla_decode", "plan", "DecodePlan", "custom_kernel", "KernelConfig",
     "Bf16Cache", "Fp8Cache", "Mxfp4Cache", "as_cache", "quantize", "quantize_fp8", "quantize_mxfp4", "dequantize",
-    "mla_decode_reference",
+    "mla_decode_reference", "distributed",
 ]

@@ -135,7 +135,7 @@ class _Lineup:
 
     def __call__(self):
         if self.cuda:
-            self._dist.all_reduce(self._one)
+            self._dist.all_reduce(self._one, op=self._dist.ReduceOp.MAX)  # stays 1
         else:
             self._dist.barrier()
 
