@@ -17,11 +17,13 @@ SIGNATURE = {
     "q_ptr": "*bf16", "stride_qt": "i32", "stride_qh": "i32",
     "kv_ptr": "*i32", "kv_stride": "i32", "sc_ptr": "*u8", "sc_stride": "i32", "fp8_scale_ptr": "*fp32",
     "kv_indptr": "*i32", "qo_indptr": "*i32",
+    "pages_ptr": "*i32", "page_indptr": "*i32", "page_stride": "i32", "max_pages": "i32", "num_pages": "i32",
+    "page_shift": "i32",
     "out_ptr": "*bf16", "stride_ot": "i32", "stride_oh": "i32", "lse_ptr": "*fp32", "stride_lt": "i32",
     "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "counter_ptr": "*i32",
     "batch": "i32", "sm_scale": "fp32",
     "H": "constexpr", "ROWS": "constexpr", "FORMAT": "constexpr", "BLOCK_B": "constexpr", "C0": "constexpr",
-    "WRITE_LSE": "constexpr",
+    "WRITE_LSE": "constexpr", "PAGED": "constexpr",
 }
 #: What the kernel may assume of an argument: pointers 16-byte aligned, the cache row stride (in
 #: 32-bit words) a multiple of 8. ``launch.cache_unsupported`` checks the cache; the other tensors
@@ -36,7 +38,8 @@ MAX_REGISTERS = 255
 @dataclass(frozen=True)
 class KernelSpec:
     """One specialization: H query heads, ROWS query rows per request, FORMAT (1 fp8, 2 MXFP4),
-    BLOCK_B (power of two >= batch, >= 128), C0 (fixed cost of a request, in tiles), WRITE_LSE."""
+    BLOCK_B (power of two >= batch, >= 128), C0 (fixed cost of a request, in tiles), WRITE_LSE,
+    PAGED (0 contiguous, 1 block table, 2 CSR: ``paging``)."""
 
     H: int
     ROWS: int
@@ -44,6 +47,7 @@ class KernelSpec:
     BLOCK_B: int
     C0: int
     WRITE_LSE: bool
+    PAGED: int = 0
 
     def constexprs(self) -> dict:
         return asdict(self)

@@ -22,7 +22,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_init, warpgroup_mma_wait)
 
 from ..constants import FMT_FP8, FMT_MXFP4, LN2, LOG2E
-from . import fp8, mxfp4
+from . import fp8, mxfp4, paging
 from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, chunk_column, p_layout, q_layout,
                       score_layout, to_key_operand, v_layout)
 
@@ -100,20 +100,23 @@ def _decode_chunk(FORMAT: gl.constexpr, raw, tables):
 
 
 @gluon.jit
-def _tile_rows(FORMAT: gl.constexpr, kv_lo, kv_len, t, live, kv_stride, sc_stride):
+def _tile_rows(FORMAT: gl.constexpr, PAGED: gl.constexpr, first, kv_len, t, live, page, num_pages, page_shift,
+               kv_stride, sc_stride):
     """Offsets of tile ``t``'s token rows (cache rows in 32-bit words, MXFP4 scale rows in bytes)
-    and which rows exist."""
+    and which rows exist; ``page``: the tile's ``paging.tile_pages``."""
     WPT: gl.constexpr = 2 if FORMAT == FMT_MXFP4 else 4
-    row_l: gl.constexpr = gl.SliceLayout(1, chunk_word_layout(WPT))
-    pos = t * TILE + gl.arange(0, TILE, layout=row_l)
-    ok = (pos < kv_len) & live
-    row = (kv_lo + pos).to(gl.int64)
+    row, ok = paging.tile_rows(WPT, first, kv_len, t, live, page, num_pages, page_shift, PAGED)
     return row * kv_stride, row * sc_stride, ok
 
 
 @gluon.jit
-def _load_tile(FORMAT: gl.constexpr, kv_ptr, sc_ptr, kv_stride, sc_stride, kv_lo, kv_len, t, live):
-    row_off, sc_off, ok = _tile_rows(FORMAT, kv_lo, kv_len, t, live, kv_stride, sc_stride)
+def _tile_pages(FORMAT: gl.constexpr, PAGED: gl.constexpr, pages_ptr, first, kv_len, t, live, page_shift):
+    WPT: gl.constexpr = 2 if FORMAT == FMT_MXFP4 else 4
+    return paging.tile_pages(WPT, pages_ptr, first, kv_len, t, live, page_shift, PAGED)
+
+
+@gluon.jit
+def _load_tile(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok):
     raw = ()
     for c in gl.static_range(NUM_CHUNKS):
         raw = raw + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )
@@ -242,18 +245,22 @@ def mla_decode_hopper_kernel(
     q_ptr, stride_qt, stride_qh,
     kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr,
     kv_indptr, qo_indptr,
+    pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift,
     out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
     part_o_ptr, part_lse_ptr, counter_ptr,
     batch, sm_scale,
     H: gl.constexpr, ROWS: gl.constexpr, FORMAT: gl.constexpr, BLOCK_B: gl.constexpr, C0: gl.constexpr,
-    WRITE_LSE: gl.constexpr,
+    WRITE_LSE: gl.constexpr, PAGED: gl.constexpr,
 ):
     """Grid: (programs,), persistent; one warpgroup (4 warps) per program.
 
     q (total_q, H, 576) bf16, strides (stride_qt, stride_qh, 1). kv: the cache rows as 32-bit words
     (MXFP4: 288 code bytes, fp8 e4m3fn: 576), row stride kv_stride words; sc: MXFP4 E8M0 rows,
     stride sc_stride bytes (unused for fp8); fp8_scale_ptr: the fp8 tensor scale, one float32.
-    kv_indptr, qo_indptr (batch+1,) int32. out (total_q, H, 512) bf16; lse (total_q, H) float32
+    kv_indptr (batch+1,) int32 prefix sums of cache rows, or with PAGED the cached-token counts
+    (batch,) int32 and the page table in pages_ptr, page_indptr, page_stride, max_pages (pages of
+    1 << page_shift tokens, num_pages in the cache; ``paging``). qo_indptr (batch+1,) int32.
+    out (total_q, H, 512) bf16; lse (total_q, H) float32
     natural log (if WRITE_LSE). Workspace: part_o (2 * programs, ROWS, 512) float32, part_lse
     (2 * programs, ROWS) float32, counter (batch,) int32, zero before the first launch and left
     zero. ROWS: query rows per request covered (>= Lq * H, 16). BLOCK_B: power of two >= max(batch,
@@ -279,7 +286,7 @@ def mla_decode_hopper_kernel(
     bl: gl.constexpr = gl.BlockedLayout([BLOCK_B // 128], [32], [4], [0])
     bi = gl.arange(0, BLOCK_B, layout=bl)
     live_b = bi < batch
-    lens = gl.load(kv_indptr + bi + 1, mask=live_b, other=0) - gl.load(kv_indptr + bi, mask=live_b, other=0)
+    lens = paging.request_lengths(bi, live_b, kv_indptr, page_indptr, max_pages, page_shift, PAGED)
     cost = gl.where(live_b, (lens + TILE - 1) // TILE + C0, 0)
     cum = gl.associative_scan(cost, 0, _add)
     total = gl.sum(cost, axis=0)
@@ -306,8 +313,8 @@ def mla_decode_hopper_kernel(
         for b in range(b_first, b_last + 1):
             cum_b = gl.sum(gl.where(bi == b, cum, 0), axis=0)
             start_b = cum_b - gl.sum(gl.where(bi == b, cost, 0), axis=0)
-            kv_lo = gl.load(kv_indptr + b)
-            kv_len = gl.load(kv_indptr + b + 1) - kv_lo
+            first_row, kv_len = paging.request_tokens(b, kv_indptr, page_indptr, page_stride, max_pages, page_shift,
+                                                      PAGED)
             q_lo = gl.load(qo_indptr + b)
             q_len = gl.load(qo_indptr + b + 1) - q_lo
             n_tiles = (kv_len + TILE - 1) // TILE
@@ -317,7 +324,13 @@ def mla_decode_hopper_kernel(
             nparts = _piece_count(first, _program_of(cum_b - 1, num_programs, total), cum_b - start_b, num_programs,
                                   total)
 
-            raw = _load_tile(FORMAT, kv_ptr, sc_ptr, kv_stride, sc_stride, kv_lo, kv_len, t_begin, t_begin < t_end)
+            # The page entries of a tile are read one tile before its rows.
+            page = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t_begin, t_begin < t_end, page_shift)
+            row_off, sc_off, ok = _tile_rows(FORMAT, PAGED, first_row, kv_len, t_begin, t_begin < t_end, page,
+                                             num_pages, page_shift, kv_stride, sc_stride)
+            raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)
+            page = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end,
+                               page_shift)
             q_mult = _stage_query(FORMAT, q_smem, q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
             qk = (sm_scale * LOG2E * kscale) / gl.convert_layout(q_mult, gl.SliceLayout(0, acc_l))
             last_visible = kv_len - q_len + n // H
@@ -332,7 +345,9 @@ def mla_decode_hopper_kernel(
             for t in range(t_begin, t_end):
                 # The value product of the previous tile still reads the value buffers.
                 acc = warpgroup_mma_wait(0, deps=acc)
-                row_off, sc_off, ok = _tile_rows(FORMAT, kv_lo, kv_len, t + 1, t + 1 < t_end, kv_stride, sc_stride)
+                row_off, sc_off, ok = _tile_rows(FORMAT, PAGED, first_row, kv_len, t + 1, t + 1 < t_end, page,
+                                                 num_pages, page_shift, kv_stride, sc_stride)
+                page = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t + 2, t + 2 < t_end, page_shift)
                 nxt = ()
                 for c in gl.static_range(NUM_CHUNKS):
                     keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)

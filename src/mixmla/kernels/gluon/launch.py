@@ -22,6 +22,8 @@ VALUE_DIM = 512
 
 
 MAX_BATCH = 1024  #: larger batches are served by the portable kernel (the per-request tables live in registers)
+#: The kernel's ``PAGED`` forms (``paging``): contiguous, block table, CSR.
+PAGED_FORMS = (0, 1, 2)
 
 
 def _block_b(batch: int) -> int:
@@ -34,16 +36,17 @@ def shipped_specs() -> list[KernelSpec]:
     for fmt in (FMT_FP8.value, FMT_MXFP4.value):
         for block_b in (128, 256, 512, 1024):
             for write_lse in (True, False):
-                specs.append(KernelSpec(H=16, ROWS=ROWS, FORMAT=fmt, BLOCK_B=block_b, C0=REQUEST_COST_TILES,
-                                        WRITE_LSE=write_lse))
+                for paged in PAGED_FORMS:
+                    specs.append(KernelSpec(H=16, ROWS=ROWS, FORMAT=fmt, BLOCK_B=block_b, C0=REQUEST_COST_TILES,
+                                            WRITE_LSE=write_lse, PAGED=paged))
     return specs
 
 
 def layout_unsupported(capability: tuple[int, int] | None, fmt: str, num_heads: int, rows_max: int,
-                       batch: int) -> str | None:
+                       batch: int, page_size: int = 0) -> str | None:
     """Why the Hopper kernel cannot serve a layout, or None. capability: the CUDA device's compute
     capability (None: not a CUDA device); rows_max: the most query rows (query tokens x heads) of
-    any request."""
+    any request; page_size: tokens per page of a paged cache (0: contiguous)."""
     if capability is None:
         return "runs on CUDA devices only"
     if tuple(capability) != (9, 0):
@@ -54,6 +57,8 @@ def layout_unsupported(capability: tuple[int, int] | None, fmt: str, num_heads: 
         return f"covers 16 heads and one query token per request, got {num_heads} heads and {rows_max} query rows"
     if batch > MAX_BATCH:
         return f"takes at most {MAX_BATCH} requests per call, got {batch}"
+    if page_size < 0 or page_size & (page_size - 1):
+        return f"reads pages of a power-of-two number of tokens, got page_size={page_size}"
     return None
 
 
@@ -76,19 +81,20 @@ class HopperDecoder:
     """Workspace and compiled kernel for one batch layout.
 
     batch: requests; num_heads: H; fmt: 'fp8' or 'mxfp4'; device: a CUDA device; write_lse: also
-    write the log-sum-exp; programs: size of the persistent grid (default: two per SM).
+    write the log-sum-exp; programs: size of the persistent grid (default: two per SM); paged: the
+    page-table form ``launch`` gets (0 none, 1 block table, 2 CSR).
     ``launch(...)`` writes ``out`` (and ``lse``).
     """
 
     def __init__(self, batch: int, num_heads: int, fmt: str, device: torch.device, write_lse: bool = True,
-                 programs: int | None = None):
+                 programs: int | None = None, paged: int = 0):
         self.batch = int(batch)
         self.num_heads = int(num_heads)
         self.format = {"fp8": FMT_FP8.value, "mxfp4": FMT_MXFP4.value}[fmt]
         self.device = device
         self.programs = programs or PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
         self.spec = KernelSpec(H=self.num_heads, ROWS=ROWS, FORMAT=self.format, BLOCK_B=_block_b(self.batch),
-                               C0=REQUEST_COST_TILES, WRITE_LSE=bool(write_lse))
+                               C0=REQUEST_COST_TILES, WRITE_LSE=bool(write_lse), PAGED=int(paged))
         self.kernel = compile_decode(self.spec)
         self.part_o = torch.empty(2 * self.programs, ROWS, VALUE_DIM, dtype=torch.float32, device=device)
         self.part_lse = torch.empty(2 * self.programs, ROWS, dtype=torch.float32, device=device)
@@ -101,10 +107,17 @@ class HopperDecoder:
         self.part_o, self.part_lse, self.counters = other.part_o, other.part_lse, other.counters
 
     def launch(self, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor,
-               out: torch.Tensor, lse: torch.Tensor | None, sm_scale: float) -> None:
+               out: torch.Tensor, lse: torch.Tensor | None, sm_scale: float, table: torch.Tensor | None = None,
+               page_indptr: torch.Tensor | None = None, page_size: int = 0) -> None:
         """q (total_q, H, 576) bf16; cache Fp8Cache (e4m3fn) or Mxfp4Cache; kv_indptr, qo_indptr
         (batch+1,) int32 on the device; out (total_q, H, 512) bf16; lse (total_q, H) float32 or None
-        (then the spec must have write_lse False, or lse points at a scratch buffer)."""
+        (then the spec must have write_lse False, or lse points at a scratch buffer).
+
+        Paged (the decoder's ``paged`` form): kv_indptr is the cached-token counts (batch,) int32,
+        the cache holds ``num_pages * page_size`` rows (page-major), table the block table (batch,
+        max_pages) int32 with unit last stride or the CSR page indices int32, page_indptr (CSR
+        only) (batch+1,) int32; page_size a power of two.
+        """
         if isinstance(cache, Mxfp4Cache):
             data, scales, fp8_scale = cache.data, cache.scales, self._dummy_scale
             sc_stride = scales.stride(0)
@@ -112,6 +125,15 @@ class HopperDecoder:
             data, scales, fp8_scale = cache.data.view(torch.uint8), cache.data.view(torch.uint8), cache.scale
             sc_stride = 0
         kv_stride_words = data.stride(0) // 4
+        if self.spec.PAGED:
+            pages = table
+            offsets = page_indptr if self.spec.PAGED == 2 else table
+            page_stride = table.stride(0) if self.spec.PAGED == 1 else 0
+            max_pages = table.shape[1] if self.spec.PAGED == 1 else 0
+            num_pages, page_shift = data.shape[0] // page_size, page_size.bit_length() - 1
+        else:  # placeholders the contiguous kernel never reads
+            pages = offsets = kv_indptr
+            page_stride = max_pages = num_pages = page_shift = 0
         lse_t = lse if lse is not None else self.part_lse
         lse_stride = lse.stride(0) if lse is not None else 0
         k = self.kernel
@@ -120,7 +142,8 @@ class HopperDecoder:
               q.data_ptr(), q.stride(0), q.stride(1),
               data.data_ptr(), kv_stride_words, scales.data_ptr(), sc_stride, fp8_scale.data_ptr(),
               kv_indptr.data_ptr(), qo_indptr.data_ptr(),
+              pages.data_ptr(), offsets.data_ptr(), page_stride, max_pages, num_pages, page_shift,
               out.data_ptr(), out.stride(0), out.stride(1), lse_t.data_ptr(), lse_stride,
               self.part_o.data_ptr(), self.part_lse.data_ptr(), self.counters.data_ptr(),
               self.batch, float(sm_scale),
-              *([None] * 6))
+              *([None] * 7))
