@@ -251,8 +251,9 @@ CASES = [
     ("sm_scale-string", "bf16", _set(sm_scale="0.04"), TypeError, r"sm_scale"),
     # out
     ("out-not-tensor", "bf16", _set(out=[0.0]), TypeError, r"\bout\b"),
-    ("out-dtype-fp32", "bf16",
-     _set(out=lambda a, d, o: torch.empty(3, H, 512, device=d)), TypeError, r"\bout\b.*bfloat16"),
+    ("out-dtype-fp16", "bf16",
+     _set(out=lambda a, d, o: torch.empty(3, H, 512, dtype=torch.float16, device=d)), TypeError,
+     r"\bout\b.*bfloat16"),
     ("out-shape-576", "bf16",
      _set(out=lambda a, d, o: torch.empty(3, H, 576, dtype=torch.bfloat16, device=d)), ValueError, r"\bout\b.*shape"),
     ("out-shape-rows", "bf16",
@@ -393,7 +394,8 @@ RUN_CASES = [
     ("cache-other-device", lambda a, d, o: dict(cache=a["cache"].to(o)), ValueError, r"cache"),
     ("out-shape", lambda a, d, o: dict(out=torch.empty(3, H, 576, dtype=torch.bfloat16, device=d)), ValueError,
      r"\bout\b"),
-    ("out-dtype", lambda a, d, o: dict(out=torch.empty(3, H, 512, device=d)), TypeError, r"\bout\b"),
+    ("out-dtype", lambda a, d, o: dict(out=torch.empty(3, H, 512, dtype=torch.float16, device=d)), TypeError,
+     r"\bout\b"),
 ]
 
 

@@ -38,6 +38,7 @@ from .paged import (  # noqa: E402
 from .reference import mla_decode_paged_reference, mla_decode_reference  # noqa: E402
 from .writer import append_kv  # noqa: E402
 from . import ops as _ops  # noqa: E402,F401  (registers torch.ops.mixmla.*)
+from . import distributed  # noqa: E402  (mixmla.distributed: decode context parallelism)
 
 __version__ = "0.1.0"
 
@@ -47,4 +48,5 @@ __all__ = [
     "mla_decode_reference",
     "mla_decode_paged", "mla_decode_paged_csr", "plan_paged", "plan_paged_csr", "PagedDecodePlan",
     "PagedCache", "as_paged_cache", "empty_paged_cache", "mla_decode_paged_reference", "append_kv",
+    "distributed",
 ]

@@ -70,6 +70,7 @@ class DecodePlan:
         layout = Layout(self.device, self.num_heads, fmt, scale, kv_lens, qo_host[1:] - qo_host[:-1], page_size)
         chosen = get_backend(backend, layout, config)
         self.backend = chosen.name
+        self._out_dtypes = chosen.out_dtypes
         self._plan = chosen.plan(layout, config)
         self.out = torch.empty(self.total_q, self.num_heads, VALUE_DIM, dtype=torch.bfloat16, device=self.device)
         self.lse = torch.empty(self.total_q, self.num_heads, dtype=torch.float32, device=self.device)
@@ -102,8 +103,9 @@ class DecodePlan:
 
         q: (total_q, H, 576) bf16 on the plan's device (stride(-1) == 1). cache: the plan's format
         (container or benchmark form) with at least as many rows as the kv_indptr used reads.
-        out: optional contiguous (total_q, H, 512) bf16; without it the plan's own buffer
-        ``self.out`` is written and returned. kv_indptr, qo_indptr: optional (batch+1,) device
+        out: optional contiguous (total_q, H, 512) bf16, or float32 (the normalized output before its
+        rounding to bf16; the Triton backend writes it, others raise ValueError); without it the
+        plan's own bf16 buffer ``self.out`` is written and returned. kv_indptr, qo_indptr: optional (batch+1,) device
         tensors (of ``indptr_dtypes``) that replace the plan's own for this call; the chunk bounds
         are derived from them on the device, so any lengths are correct, only the balance is the
         plan's. Returns out, or ``(out, lse)`` with lse (total_q, H) float32 (natural-log
@@ -122,6 +124,7 @@ class DecodePlan:
         ValueError before launching: for debugging, or when the values come from elsewhere.
         """
         kv_cache = validate.check_run_inputs(self, q, cache, out, kv_indptr, qo_indptr)
+        self._check_out_dtype(out)
         kv_indptr = self.kv_indptr if kv_indptr is None else kv_indptr
         qo_indptr = self.qo_indptr if qo_indptr is None else qo_indptr
         if check:
@@ -130,6 +133,11 @@ class DecodePlan:
         lse = self.lse if return_lse else None
         self._plan.run(q, kv_cache, kv_indptr, qo_indptr, out, lse)
         return (out, lse) if return_lse else out
+
+    def _check_out_dtype(self, out: torch.Tensor | None) -> None:
+        if out is not None and out.dtype not in self._out_dtypes:
+            raise ValueError(f"out: the {self.backend} backend writes {' or '.join(map(str, self._out_dtypes))}, "
+                             f"got {out.dtype}; plan with backend='triton' for a float32 out")
 
     def __repr__(self) -> str:
         s = self.schedule
@@ -165,14 +173,19 @@ def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch
     bytes (N, 1, 288), E8M0 scales (>=N, >=18))). kv_indptr, qo_indptr: (batch+1,) int32/int64
     prefix sums (qo_indptr None: one query token per request). With Lq > 1 query tokens, token i
     sees cache rows 0 .. Lk-Lq+i of its request. sm_scale: default 1/sqrt(576).
-    out: optional contiguous (total_q, H, 512) bf16 to write. config, backend: as for ``plan``.
+    out: optional contiguous (total_q, H, 512) bf16 to write, or float32 to get the output before
+    its rounding to bf16 (for merging partial results, as ``mixmla.distributed`` does; 'auto' then
+    means the Triton backend, the one that writes float32). config, backend: as for ``plan``.
     Returns out (a new tensor unless given) and, with ``return_lse``, lse (total_q, H) float32
     natural log.
     """
     checked = validate.check_decode_inputs(q, cache, kv_indptr, qo_indptr, sm_scale, out)
+    if backend == "auto" and out is not None and out.dtype == torch.float32:
+        backend = "triton"  # the backend whose kernels write float32
     # The plan is this call's alone, so its own buffers are the results.
     p = DecodePlan(kv_indptr, qo_indptr, q.shape[1], checked.cache.format, checked.sm_scale, q.device, config,
                    backend, _checked=checked)
+    p._check_out_dtype(out)
     out = p.out if out is None else out
     p._plan.run(q, checked.cache, p.kv_indptr, p.qo_indptr, out, p.lse if return_lse else None)
     return (out, p.lse) if return_lse else out

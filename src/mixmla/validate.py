@@ -41,10 +41,13 @@ from .formats import FORMATS, HEAD_DIM, VALUE_DIM, Fp8Cache, Mxfp4Cache, as_cach
 SUPPORTED_NUM_HEADS = (16, 32, 64, 128)
 #: Integer dtypes accepted for ``kv_indptr`` and ``qo_indptr``.
 INDPTR_DTYPES = (torch.int32, torch.int64)
+#: dtypes of ``out``: bf16 (the result) or float32 (the result before its last rounding).
+OUT_DTYPES = (torch.bfloat16, torch.float32)
 
 __all__ = [
     "SUPPORTED_NUM_HEADS",
     "INDPTR_DTYPES",
+    "OUT_DTYPES",
     "DecodeInputs",
     "check_decode_inputs",
     "check_run_inputs",
@@ -227,14 +230,15 @@ def check_cache(cache, device: Optional[torch.device] = None, name: str = "cache
 
 
 def check_out(out, total_q: int, num_heads: int, device: torch.device, inputs: Sequence[torch.Tensor] = ()) -> None:
-    """Output buffer: contiguous (total_q, H, 512) bfloat16 on ``device``, not sharing memory with
+    """Output buffer: contiguous (total_q, H, 512) bfloat16 (or float32, the unrounded output, which
+    ``mixmla.api`` accepts for the backends that write it) on ``device``, not sharing memory with
     any tensor of ``inputs`` (q and the cache)."""
     if out is None:
         return
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
-    if out.dtype != torch.bfloat16:
-        raise TypeError(f"out must have dtype torch.bfloat16, got {out.dtype}")
+    if out.dtype not in OUT_DTYPES:
+        raise TypeError(f"out must have dtype torch.bfloat16 (or torch.float32, unrounded), got {out.dtype}")
     expected = (total_q, num_heads, VALUE_DIM)
     if tuple(out.shape) != expected:
         raise ValueError(f"out must have shape (total_q, H, {VALUE_DIM}) = {expected}, got {_shape(out)}")
@@ -356,7 +360,8 @@ def check_decode_inputs(
     q: (total_q, H, 576) bf16, stride(-1) == 1. cache: any format (see ``check_cache``), N rows on
     q's device. kv_indptr: (batch+1,) int32/int64 on q's device, prefix sums of cache rows per
     request. qo_indptr: same for q's rows, or None (one query per request, total_q == batch).
-    sm_scale: None or finite float > 0. out: None or contiguous (total_q, H, 512) bf16 on q's device.
+    sm_scale: None or finite float > 0. out: None or contiguous (total_q, H, 512) bf16 or float32
+    on q's device.
     num_heads_supported: allowed H. check_values: also check the indptr values and the fp8 scale
     value (one host transfer; a sync on a GPU). max_q_len: optional limit on rows per request in q.
 
@@ -440,7 +445,7 @@ def check_run_inputs(plan, q, cache, out=None, kv_indptr=None, qo_indptr=None):
     q: (total_q, H, 576) bf16 on the plan's device; cache: the plan's format, with at least
     ``total_kv`` rows when the plan's own kv_indptr is used (a replacement kv_indptr says itself
     how many rows it reads, which only its values tell: ``check_run_values``); out: None or
-    contiguous (total_q, H, 512) bf16 on that device. kv_indptr, qo_indptr: optional replacement
+    contiguous (total_q, H, 512) bf16 or float32 on that device. kv_indptr, qo_indptr: optional replacement
     indptrs for this run (same batch, on the plan's device, of a dtype the plan reads).
     Nothing here reads a value: the indptr values (the replacements', or the plan's own, which may
     have been rewritten in place since) and the fp8 scale are ``check_run_values``' business.

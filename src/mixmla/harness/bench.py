@@ -36,6 +36,7 @@ examples:
   mixmla bench --spec shapes.txt --out bench/results/today
   mixmla bench --paged --quick               each shape contiguous and in shuffled pages of 1 and 64,
                                              FlashInfer's paged MLA beside it; append_kv at 256 tokens
+  torchrun --nproc-per-node 2 -m mixmla bench --dcp     decode context parallelism on 2 GPUs (NCCL)
 
 Without a CUDA GPU it says so and runs a tiny Triton-interpreter demo (correctness only).
 Exit status: 0 when every mixmla path passed its strict check, 1 otherwise (peers do not count)."""
@@ -98,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="paged mode: every shape also in pages of 1 and 64 tokens, shuffled in the pool (our "
                         "bf16/fp8/mxfp4 paths and FlashInfer's paged MLA), a paged/contiguous table, and "
                         "append_kv's GPU time for one decode step of 256 tokens (harness/paged.py)")
+    from .dcp_bench import add_arguments
+
+    add_arguments(p)
     return p
 
 
@@ -239,6 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"mixmla bench: {e}", file=sys.stderr)
         return 2
+    if args.dcp:  # decode context parallelism over the torchrun ranks: the cache formats of --paths
+        from .dcp_bench import run_dcp
+
+        fmts = [p for p in paths if p != "auto"]
+        if not fmts:
+            print("mixmla bench --dcp: --paths names no cache format (bf16, fp8, mxfp4)", file=sys.stderr)
+            return 2
+        return run_dcp(args, specs if (args.shape or args.spec) else None, fmts)
     if not paths and not peer_names:
         print("mixmla bench: nothing to run (no paths, no peers)", file=sys.stderr)
         return 2

@@ -85,8 +85,9 @@ class BackendPlan(abc.ABC):
         q (total_q, H, 576) bf16 (stride(-1) == 1); cache: the layout's format as a
         ``mixmla.formats`` container; kv_indptr, qo_indptr (batch+1,) of ``indptr_dtypes`` on the
         device (their values may differ from the layout's lengths, within the API's contract); out
-        (total_q, H, 512) bf16 contiguous, written; lse (total_q, H) float32 natural log, written
-        when given. All arguments are checked by the API before the call.
+        (total_q, H, 512) contiguous, of one of the backend's ``out_dtypes``, written; lse
+        (total_q, H) float32 natural log, written when given. All arguments are checked by the
+        API before the call.
         """
 
     def run_paged(self, q: torch.Tensor, cache, pages: PageTable, qo_indptr: torch.Tensor, out: torch.Tensor,
@@ -102,6 +103,10 @@ class Backend(abc.ABC):
     """A way of running the decode kernels."""
 
     name: str
+    #: The dtypes of ``out`` its plans write. bf16 is the result; a float32 ``out`` holds the
+    #: normalized output before that last rounding, for callers that merge partial results
+    #: further (``mixmla.distributed``).
+    out_dtypes: tuple = (torch.bfloat16,)
 
     @abc.abstractmethod
     def unsupported(self, layout: Layout) -> str | None:

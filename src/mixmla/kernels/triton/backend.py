@@ -82,6 +82,7 @@ class TritonPlan(BackendPlan):
 
 class TritonBackend(Backend):
     name = "triton"
+    out_dtypes = (torch.bfloat16, torch.float32)  # the output stores cast to out's dtype
 
     def unsupported(self, layout: Layout) -> str | None:
         device = layout.device

@@ -26,8 +26,9 @@ def mla_combine_kernel(
 
     part_o (num_work, rows_max, 512) float32 and part_lse (num_work, rows_max) base 2, as the
     decode kernel wrote them; the work items of request b are ``split_indptr[b] ..
-    split_indptr[b+1]``. Writes out (total_q, H, 512) bf16 and, if WRITE_LSE, lse (total_q, H)
-    float32 natural log. BLOCK_S partials are read with one load each step (all of them when a
+    split_indptr[b+1]``. Writes out (total_q, H, 512) bf16 or float32 (the pointer's dtype: a
+    float32 out keeps the merged partials unrounded, for callers that merge further) and, if
+    WRITE_LSE, lse (total_q, H) float32 natural log. BLOCK_S partials are read with one load each step (all of them when a
     request has at most BLOCK_S chunks), so a request with many chunks waits for one memory
     latency per BLOCK_S chunks, not one per chunk.
     """
@@ -60,6 +61,7 @@ def mla_combine_kernel(
     q_tok = rows // H
     head = rows % H
     out_rows = out_ptr + (q_start + q_tok) * stride_ot + head * stride_oh
-    tl.store(out_rows[:, None] + cols[None, :], (acc * inv_w[:, None]).to(tl.bfloat16), mask=row_ok[:, None])
+    tl.store(out_rows[:, None] + cols[None, :], (acc * inv_w[:, None]).to(out_ptr.dtype.element_ty),
+             mask=row_ok[:, None])
     if WRITE_LSE:
         tl.store(lse_ptr + (q_start + q_tok) * stride_lt + head, lse2 * LN2, mask=row_ok & (col_block == 0))

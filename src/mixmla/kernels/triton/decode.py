@@ -62,9 +62,10 @@ def mla_decode_kernel(
     kv_indptr, pages, page_stride, page_indptr, max_pages, num_pages, PAGE_SIZE, CSR: where each
     request's tokens are (``paging``; PAGE_SIZE 0 is the contiguous layout, the others unused).
     work_req/work_split/work_nsplit (num_work,) int32: the request of each work item, which chunk
-    it is and how many chunks that request has. DIRECT: write ``out`` (total_q, H, 512) bf16 and
-    ``lse`` (total_q, H) float32 natural log; otherwise write ``part_o`` (num_work, rows_max, 512)
-    float32 and ``part_lse`` (num_work, rows_max) base 2. sm_scale: softmax scale. INTERPRETED:
+    it is and how many chunks that request has. DIRECT: write ``out`` (total_q, H, 512) in the
+    pointer's dtype (bf16, or float32 for callers that merge further) and ``lse`` (total_q, H)
+    float32 natural log; otherwise write ``part_o`` (num_work, rows_max, 512) float32 and
+    ``part_lse`` (num_work, rows_max) base 2. sm_scale: softmax scale. INTERPRETED:
     running in Triton's interpreter (float32 dots, portable decoders; see ``_dot``).
     """
     F16_OPERANDS: tl.constexpr = (FORMAT == FMT_FP8) or (FORMAT == FMT_FP8_FNUZ)
