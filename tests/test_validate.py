@@ -490,8 +490,12 @@ def _benchmark_tuple(a, fmt):
 
 @pytest.fixture
 def empty_plan_cache(monkeypatch):
-    """custom_kernel's plan cache, empty for this test."""
+    """custom_kernel's plan cache, empty for this test, and its graph cache too: on a GPU a call
+    whose tensors land at an earlier test's addresses would otherwise replay that test's graph
+    (as documented) and look up no plan."""
+    from mixmla.graphs import GraphCache
     monkeypatch.setattr(_api(), "_PLAN_CACHE", collections.OrderedDict())
+    monkeypatch.setattr(_api(), "_GRAPHS", GraphCache(capacity=16))
     return _api()._PLAN_CACHE
 
 

@@ -23,13 +23,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from ..constants import FMT_FP8, FMT_MXFP4, LN2, LOG2E
 from . import fp8, mxfp4, paging
-from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, chunk_column, p_layout, q_layout,
+from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_column, p_layout, q_layout,
                       score_layout, to_key_operand, v_layout)
 
 VALUE_DIM = gl.constexpr(512)
-#: log2 of the largest probability the products may see: fp16 (fp8 caches) and bf16 hold it exactly
-#: in range, and the float32 row sums and accumulators lose nothing.
-RESCALE_BITS = gl.constexpr(8.0)
 
 
 @gluon.jit
@@ -364,22 +361,15 @@ def mla_decode_hopper_kernel(
                 pos = t * TILE + r_s
                 visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
                 s = gl.where(visible, st * qk[None, :], float("-inf"))
-                # The running maximum moves only when some column's grows by more than RESCALE_BITS
-                # (a uniform decision): then the 64 accumulator registers are rescaled; otherwise
-                # probabilities up to 2**RESCALE_BITS enter the products.
-                m_tile = _tile_max(s, red_smem, ROWS)
-                grow = gl.max((m_tile > m_i + RESCALE_BITS).to(gl.int32), axis=0) > 0
-                scaled = acc
-                if grow:
-                    m_new = gl.maximum(m_i, m_tile)
-                    alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
-                    l_acc = l_acc * alpha[None, :]
-                    m_i = m_new
-                    scaled = ()
-                    for c in gl.static_range(VALUE_CHUNKS):
-                        scaled = scaled + (acc[c] * alpha[None, :], )
-                p = gl.exp2(s - gl.where(m_i == float("-inf"), 0.0, m_i)[None, :])
-                l_acc = l_acc + p
+                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))
+                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+                p = gl.exp2(s - m_safe[None, :])
+                alpha = gl.exp2(m_i - m_safe)
+                l_acc = l_acc * alpha[None, :] + p
+                m_i = m_new
+                scaled = ()
+                for c in gl.static_range(VALUE_CHUNKS):
+                    scaled = scaled + (acc[c] * alpha[None, :], )
                 z = _opaque_zero(t)
                 p_smem = p_all.index(z)
                 p_smem.store(p.to(MMA_DT))
