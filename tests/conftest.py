@@ -34,6 +34,27 @@ def poisoned_out(total_q: int, num_heads: int, device=DEVICE) -> torch.Tensor:
     return torch.full((total_q, num_heads, 512), float("nan"), dtype=torch.bfloat16, device=device)
 
 
+def compile_in_child(script: str, cases: list) -> list[dict]:
+    """Run ``script`` (Python source reading ``json.loads(sys.argv[1])`` and printing one JSON row
+    per line) with ``cases`` in a child process where Triton compiles for real (TRITON_INTERPRET=0
+    and this checkout's src/ first on the path); returns the rows. Skips the test when nothing
+    came back (no compiler here), with the child's last words."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.join(os.path.dirname(__file__), "..")
+    env = dict(os.environ, TRITON_INTERPRET="0",
+               PYTHONPATH=os.pathsep.join([os.path.join(root, "src"), os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], capture_output=True, text=True, env=env,
+                         timeout=900)
+    rows = [json.loads(line) for line in run.stdout.splitlines()]
+    if not rows:
+        pytest.skip(f"cannot compile for sm_90 here: {run.stderr[-300:]}")
+    return rows
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -5,14 +5,9 @@ gathered and spill with fp8 and MXFP4 (a strict xfail, so a fix shows). Compiled
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-from conftest import FORMATS
+from conftest import FORMATS, compile_in_child
 
 SHARED_MEMORY_LIMIT = 232448
 
@@ -33,16 +28,8 @@ for fmt, page in json.loads(sys.argv[1]):
 
 @pytest.fixture(scope="module")
 def compiled():
-    root = os.path.join(os.path.dirname(__file__), "..")
     cases = [(fmt, page) for fmt in FORMATS for page in (0, 1, 64, 128)]
-    env = dict(os.environ, TRITON_INTERPRET="0",
-               PYTHONPATH=os.pathsep.join([os.path.join(root, "src"), os.environ.get("PYTHONPATH", "")]))
-    run = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(cases)], capture_output=True, text=True, env=env,
-                         timeout=900)
-    results = {(r["fmt"], r["page"]): r for r in map(json.loads, run.stdout.splitlines())}
-    if not results:
-        pytest.skip(f"cannot compile for sm_90 here: {run.stderr[-300:]}")
-    return results
+    return {(r["fmt"], r["page"]): r for r in compile_in_child(_CHILD, cases)}
 
 
 GATHER_SPILLS = pytest.mark.xfail(strict=True, reason=(

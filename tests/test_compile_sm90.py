@@ -11,14 +11,9 @@ since this one may be interpreting.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-from conftest import FORMATS
+from conftest import FORMATS, compile_in_child
 
 SHARED_MEMORY_LIMIT = 232448  #: bytes per block on the H200 (227 KB), as Triton reports it
 CASES = {"h16": (16, 1), "h32": (32, 1), "h16-lq4": (16, 4), "h128": (128, 1)}  #: heads, query tokens
@@ -41,17 +36,9 @@ for fmt, heads, q_len, target in json.loads(sys.argv[1]):
 
 @pytest.fixture(scope="module")
 def compiled():
-    root = os.path.join(os.path.dirname(__file__), "..")
     cases = [(fmt, heads, q_len, "sm90") for fmt in FORMATS for heads, q_len in CASES.values()]
     cases += [(fmt, 16, 1, "gfx942") for fmt in FORMATS]
-    env = dict(os.environ, TRITON_INTERPRET="0",
-               PYTHONPATH=os.pathsep.join([os.path.join(root, "src"), os.environ.get("PYTHONPATH", "")]))
-    run = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(cases)], capture_output=True, text=True, env=env,
-                         timeout=900)
-    results = {(r["fmt"], r["heads"], r["q_len"], r["target"]): r for r in map(json.loads, run.stdout.splitlines())}
-    if not results:
-        pytest.skip(f"cannot compile for sm_90 here: {run.stderr[-300:]}")
-    return results
+    return {(r["fmt"], r["heads"], r["q_len"], r["target"]): r for r in compile_in_child(_CHILD, cases)}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
