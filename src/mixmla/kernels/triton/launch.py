@@ -140,18 +140,14 @@ def _int_spec(v: int) -> tuple:
     return v == 1, v % 16 == 0, -(1 << 31) <= v < (1 << 31)
 
 
-def _tensor_spec(t: torch.Tensor) -> tuple:
-    return t.dtype, t.data_ptr() & 15
-
-
 def plan_key(plan: PlanConstants) -> tuple:
     """What Triton's specialization of a call's kernels depends on among the arguments a plan
     fixes (``launches`` passes these and the call's tensors, see ``call_key``): every constexpr,
-    the specialization of every integer, and each plan tensor's dtype and 16-byte alignment. The
+    the specialization of every integer, and each plan tensor's signature as for the call's. The
     float ``sm_scale`` and the grid do not specialize. Two plans with equal keys launch the same
     compiled kernels for the same call key."""
     s, c = plan.schedule, plan.config
-    tensors = tuple(_tensor_spec(t) for t in (*plan.work, *plan.workspace))
+    tensors = tuple(_signature(t) for t in (*plan.work, *plan.workspace))
     return (s.direct, s.block_r, _int_spec(s.rows_max), _combine_block_s(s), plan.num_heads, c.block_t,
             c.num_warps, c.num_stages, plan.interpreted, tensors)
 
