@@ -6,14 +6,13 @@ NaN-poisoned outputs, and draws fresh random inputs from its own seed.
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 
 from mixmla.check import check_strict
 from mixmla.formats import as_cache
 from mixmla.inputs import generate_input, generate_ragged
+from mixmla.paged import scatter_to_pages
 from mixmla.reference import default_sm_scale, mla_decode_reference
 
 pytestmark = pytest.mark.gpu
@@ -101,48 +100,6 @@ def test_scores_rising_across_tiles(fmt):
         assert float(lse.max()) > 60  # the scores are as large as built (natural log of 2**95..)
 
 
-def _scatter_into_pages(cache, kv_indptr, page_size, gen):
-    """The cache's requests copied into shuffled pages of a pool whose other rows hold random
-    bytes: (pool cache, block table (batch, max_pages) int32 with -1 past a request's pages, CSR
-    page indices, CSR page indptr)."""
-    from mixmla.formats import Fp8Cache, Mxfp4Cache
-    bounds = kv_indptr.tolist()
-    lens = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
-    counts = [-(-n // page_size) for n in lens]
-    num_pages = sum(counts) + 5
-    order = torch.randperm(num_pages, generator=gen, device="cpu").tolist()
-    table = torch.full((len(lens), max(counts) + 2), -1, dtype=torch.int32)
-    data = cache.data.view(torch.uint8)
-    pool = torch.randint(0, 256, (num_pages * page_size, data.shape[1]), generator=gen, dtype=torch.uint8,
-                         device="cpu").to(data.device)
-    scales = None
-    if isinstance(cache, Mxfp4Cache):  # random exponents in a sane range where no token is
-        scales = torch.randint(120, 130, (num_pages * page_size, cache.scales.shape[1]), generator=gen,
-                               dtype=torch.uint8, device="cpu").to(data.device)
-    else:  # fp8: random bytes may be NaN codes; keep them finite where no token is
-        pool &= 0x77
-    csr, k = [], 0
-    for b, n in enumerate(lens):
-        for j in range(counts[b]):
-            page = order[k]
-            k += 1
-            table[b, j] = page
-            csr.append(page)
-            rows = min(page_size, n - j * page_size)
-            src = slice(bounds[b] + j * page_size, bounds[b] + j * page_size + rows)
-            pool[page * page_size: page * page_size + rows] = data[src]
-            if scales is not None:
-                scales[page * page_size: page * page_size + rows] = cache.scales[src]
-    if isinstance(cache, Mxfp4Cache):
-        pooled = Mxfp4Cache(pool, scales)
-    else:
-        pooled = Fp8Cache(pool.view(cache.data.dtype), cache.scale)
-    page_indptr = torch.tensor([0] + list(itertools.accumulate(counts)), dtype=torch.int32, device=data.device)
-    seq_lens = torch.tensor(lens, dtype=torch.int32, device=data.device)
-    return pooled, seq_lens, table.to(data.device), torch.tensor(csr, dtype=torch.int32, device=data.device), \
-        page_indptr
-
-
 @pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
 @pytest.mark.parametrize("page_size", [1, 16, 64, 128])
 def test_paged_cache_gives_the_contiguous_bits(fmt, page_size):
@@ -152,17 +109,18 @@ def test_paged_cache_gives_the_contiguous_bits(fmt, page_size):
     gen = torch.Generator().manual_seed(page_size)
     q, kv, qo_indptr, kv_indptr, _ = generate_ragged(9, 1, 3000, seed=100 + page_size, device="cuda")
     cache = as_cache(kv[fmt])
-    pooled, seq_lens, table, csr, page_indptr = _scatter_into_pages(cache, kv_indptr, page_size, gen)
+    # Rows no request owns decode to NaN, so a token read from the wrong row shows.
+    batch = scatter_to_pages(cache, kv_indptr, page_size, generator=gen, spare_pages=5)
     want = _run(HopperDecoder(9, 16, fmt, q.device, programs=20), q, cache, kv_indptr, qo_indptr)
     _check(q, cache, kv_indptr, qo_indptr, *want)
-    for paged, pages, offsets in ((1, table, None), (2, csr, page_indptr)):
-        decoder = HopperDecoder(9, 16, fmt, q.device, programs=20, paged=paged)
+    for form, pages in ((1, batch.block_pages), (2, batch.csr_pages)):
+        decoder = HopperDecoder(9, 16, fmt, q.device, programs=20, paged=form)
         out = torch.full_like(want[0], float("nan"))
         lse = torch.full_like(want[1], float("nan"))
-        decoder.launch(q, pooled, seq_lens, qo_indptr, out, lse, default_sm_scale(), table=pages,
-                       page_indptr=offsets, page_size=page_size)
-        assert torch.equal(out.view(torch.int16), want[0].view(torch.int16)), f"paged form {paged}"
-        assert torch.equal(lse, want[1]), f"paged form {paged}"
+        decoder.launch(q, batch.cache.rows, pages.seq_lens, qo_indptr, out, lse, default_sm_scale(),
+                       table=pages.table, page_indptr=pages.page_indptr, page_size=page_size)
+        assert torch.equal(out.view(torch.int16), want[0].view(torch.int16)), f"paged form {form}"
+        assert torch.equal(lse, want[1]), f"paged form {form}"
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
