@@ -90,9 +90,9 @@ class GluonBackend(Backend):
 
     def preferred(self, layout: Layout) -> bool:
         """Whether 'auto' should pick this backend for ``layout`` (measured faster there)."""
-        # Paged layouts stay on Triton under 'auto' until the Hopper kernel's paged reads are timed.
-        return (layout.page_size == 0 and self.unsupported(layout) is None
-                and int(layout.kv_lens.sum()) >= AUTO_MIN_TOKENS)
+        # Paged layouts follow the contiguous rule: the kernel reads a tile's page entries one tile
+        # ahead, so a page table adds address arithmetic, not a dependent load in the tile's path.
+        return self.unsupported(layout) is None and int(layout.kv_lens.sum()) >= AUTO_MIN_TOKENS
 
 
 BACKEND = GluonBackend()
