@@ -110,6 +110,13 @@ def append_kv(cache, kv: torch.Tensor, slot_mapping: torch.Tensor, *, check: boo
     rows, num_slots, kv = _check(cache, kv, slot_mapping)
     if check:
         _check_values(rows, num_slots, kv, slot_mapping)
+    launch_append(rows, num_slots, kv, slot_mapping)
+
+
+def launch_append(rows, num_slots: int, kv: torch.Tensor, slot_mapping: torch.Tensor, num_warps: int = 4) -> None:
+    """Launch the writer on checked arguments: ``rows`` the cache's rows (``cache_rows``) with
+    ``num_slots`` of them, ``kv`` (n, 576) bf16, ``slot_mapping`` (n,) int32/int64 on its device;
+    ``num_warps`` per program (one program per token)."""
     if kv.shape[0] == 0:
         return
     from .kernels.triton.append import append_kv_kernel
@@ -126,7 +133,7 @@ def append_kv(cache, kv: torch.Tensor, slot_mapping: torch.Tensor, *, check: boo
         fmt, out, scale, scale_stride = FMT_MXFP4.value, rows.data, rows.scales, rows.scales.stride(0)
     # bf16 travels as its bits: the kernel widens them to float32 exactly.
     append_kv_kernel[(kv.shape[0],)](kv.view(torch.int16), kv.stride(0), slot_mapping, num_slots, out, out.stride(0), scale,
-                                     scale_stride, fmt, num_warps=4)
+                                     scale_stride, fmt, num_warps=num_warps)
 
 
 __all__ = ["append_kv", "cache_rows"]
