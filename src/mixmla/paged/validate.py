@@ -50,11 +50,10 @@ class PagedInputs:
 
 def _vector(name: str, t, length: Optional[int], device) -> None:
     """``t``: a 1-D int32/int64 tensor of unit stride (of ``length`` entries when given) on ``device``."""
-    allowed = " or ".join(str(d) for d in TABLE_DTYPES)
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a 1-D {allowed} torch.Tensor, got {type(t).__name__}")
+        raise TypeError(f"{name} must be a 1-D {validate._names(TABLE_DTYPES)} torch.Tensor, got {type(t).__name__}")
     if t.dtype not in TABLE_DTYPES:
-        raise TypeError(f"{name} must have dtype {allowed}, got {t.dtype}")
+        raise TypeError(f"{name} must have dtype {validate._names(TABLE_DTYPES)}, got {t.dtype}")
     if t.dim() != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
     if length is not None and t.shape[0] != length:
@@ -69,12 +68,11 @@ def block_table_pages(block_table, seq_lens, page_size, device=None) -> PageTabl
     """Structure of the block-table form: block_table (batch, max_pages) int32/int64 with unit
     last stride, seq_lens (batch,) int32/int64, both on ``device`` (default: block_table's)."""
     page_size = check_page_size(page_size)
-    allowed = " or ".join(str(d) for d in TABLE_DTYPES)
     if not isinstance(block_table, torch.Tensor):
-        raise TypeError(f"block_table must be a 2-D {allowed} torch.Tensor (batch, max_pages), got "
-                        f"{type(block_table).__name__}")
+        raise TypeError(f"block_table must be a 2-D {validate._names(TABLE_DTYPES)} torch.Tensor (batch, max_pages), "
+                        f"got {type(block_table).__name__}")
     if block_table.dtype not in TABLE_DTYPES:
-        raise TypeError(f"block_table must have dtype {allowed}, got {block_table.dtype}")
+        raise TypeError(f"block_table must have dtype {validate._names(TABLE_DTYPES)}, got {block_table.dtype}")
     if block_table.dim() != 2 or block_table.shape[0] < 1:
         raise ValueError(f"block_table must be 2-D (batch, max_pages) with batch >= 1, got shape "
                          f"{tuple(block_table.shape)}")
