@@ -12,6 +12,11 @@ What a serving loop that does not capture graphs pays on the host for every call
   copy of the output); ``custom_kernel eager``: ``use_graphs=False``.
 - ``flashinfer run``: ``BatchMLAPagedAttentionWrapper.run`` after its plan (bf16 and fp8), as
   ``mixmla bench`` calls it.
+- with ``--paged``, per paged shape, format and page size (pools of zeros, every request's pages
+  in a random order, block tables padded with -1): ``plan_paged`` (``mixmla.plan_paged(block_table,
+  seq_lens, P, qo_indptr, H, fmt)``), ``paged run`` (its ``run(q, pool, out=out)``), and
+  ``mla_decode_paged`` (``mixmla.mla_decode_paged(q, pool, block_table, seq_lens)``); the same
+  three in the CSR form (``plan_paged_csr``, ``paged csr run``, ``mla_decode_paged_csr``).
 - ``triton @jit empty`` / ``triton handle empty``: an empty kernel of one pointer argument through
   Triton's dispatcher and through its compiled handle, the floors of the two launch paths.
 
@@ -25,6 +30,9 @@ launch replaced by nothing: the Python of mixmla's side only (``mode: cpu-python
 
     PYTHONPATH=src python3 bench/host_cost.py --out DIR [--shapes 4x1024,64x1024,256x1024]
         [--formats bf16,fp8,mxfp4] [--calls 400] [--burst 20]
+        [--paged [--paged-shapes 4x1024,64x8192,256x8192] [--page-sizes 1,64] [--paged-formats bf16]]
+
+``--shapes ''`` skips the contiguous entry points.
 
 Writes DIR/host_cost.json and prints a table.
 """
@@ -98,7 +106,35 @@ def _empty_kernel_calls():
     return (lambda: empty[(1,)](x)), (lambda: launch.launch_compiled(compiled, (1,), stream, (x,)))
 
 
-def measure(shapes, formats, calls, burst) -> list[dict]:
+def paged_batch(batch: int, kv_len: int, page_size: int, fmt: str, device, seed: int = 0) -> dict:
+    """A paged batch of ``batch`` requests of ``kv_len`` cached tokens in pages of ``page_size``,
+    as an engine holds it: the pool in its page-major tensor form (zeros), a block table (batch,
+    pages per request + 1) of int32 whose pages are a random permutation of the pool's and whose
+    last column is -1 padding, seq_lens (batch,) int32, the CSR form of the same table (kv_indptr
+    (batch+1,), kv_indices), and q (batch, H, 576) bf16."""
+    gen = torch.Generator().manual_seed(seed)
+    per_req = -(-kv_len // page_size)
+    num_pages = batch * per_req
+    shape = (num_pages, page_size)
+    if fmt == "bf16":
+        pool = torch.zeros(*shape, 576, dtype=torch.bfloat16, device=device)
+    elif fmt == "fp8":
+        pool = (torch.zeros(*shape, 576, dtype=torch.float8_e4m3fn, device=device),
+                torch.ones(1, dtype=torch.float32, device=device))
+    else:
+        pool = (torch.zeros(*shape, 288, dtype=torch.uint8, device=device),
+                torch.zeros(*shape, 18, dtype=torch.uint8, device=device))
+    order = torch.randperm(num_pages, generator=gen).to(torch.int32)
+    table = torch.full((batch, per_req + 1), -1, dtype=torch.int32)
+    table[:, :per_req] = order.view(batch, per_req)
+    i32 = dict(dtype=torch.int32, device=device)
+    return dict(pool=pool, block_table=table.to(device), seq_lens=torch.full((batch,), kv_len, **i32),
+                kv_indptr=torch.arange(0, num_pages + 1, per_req, **i32), kv_indices=order.to(device),
+                qo_indptr=torch.arange(batch + 1, **i32),
+                q=torch.zeros(batch, HEADS, 576, dtype=torch.bfloat16, device=device))
+
+
+def measure(shapes, formats, calls, burst, paged_shapes=(), page_sizes=(), paged_formats=()) -> list[dict]:
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     rows = []
@@ -113,6 +149,24 @@ def measure(shapes, formats, calls, burst) -> list[dict]:
         jit_call, handle_call = _empty_kernel_calls()
         add("-", None, "triton @jit empty", jit_call)
         add("-", None, "triton handle empty", handle_call)
+    for shape in paged_shapes:
+        batch, kv_len = (int(x) for x in shape.split("x"))
+        for fmt in paged_formats:
+            for page in page_sizes:
+                d = paged_batch(batch, kv_len, page, fmt, device, seed=batch + kv_len)
+                q, pool, bt, lens, qo = d["q"], d["pool"], d["block_table"], d["seq_lens"], d["qo_indptr"]
+                ind, idx = d["kv_indptr"], d["kv_indices"]
+                out = torch.empty(batch, HEADS, 512, dtype=torch.bfloat16, device=device)
+                label = f"{shape}/{page}"
+                p = mixmla.plan_paged(bt, lens, page, qo, HEADS, fmt)
+                add(label, fmt, "plan_paged", lambda: mixmla.plan_paged(bt, lens, page, qo, HEADS, fmt))
+                add(label, fmt, "paged run", lambda: p.run(q, pool, out=out))
+                add(label, fmt, "mla_decode_paged", lambda: mixmla.mla_decode_paged(q, pool, bt, lens))
+                pc = mixmla.plan_paged_csr(ind, idx, lens, page, qo, HEADS, fmt)
+                add(label, fmt, "plan_paged_csr", lambda: mixmla.plan_paged_csr(ind, idx, lens, page, qo, HEADS, fmt))
+                add(label, fmt, "paged csr run", lambda: pc.run(q, pool, out=out))
+                add(label, fmt, "mla_decode_paged_csr", lambda: mixmla.mla_decode_paged_csr(q, pool, ind, idx, lens))
+                del d, pool, p, pc
     for shape in shapes:
         batch, kv_len = (int(x) for x in shape.split("x"))
         data = generate_input(batch, 1, kv_len, seed=batch + kv_len, num_heads=HEADS, device=device)
@@ -159,6 +213,10 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default="bf16,fp8,mxfp4")
     ap.add_argument("--calls", type=int, default=400, help="timed calls per entry point")
     ap.add_argument("--burst", type=int, default=20, help="calls between synchronizations")
+    ap.add_argument("--paged", action="store_true", help="also the paged entry points")
+    ap.add_argument("--paged-shapes", default="4x1024,64x8192,256x8192", help="batch x cached tokens (paged)")
+    ap.add_argument("--page-sizes", default="1,64", help="tokens per page (paged)")
+    ap.add_argument("--paged-formats", default="bf16", help="cache formats (paged)")
     a = ap.parse_args(argv)
     cuda = torch.cuda.is_available()
     if not cuda:
@@ -170,10 +228,14 @@ def main(argv=None) -> int:
     info = device_info()
     print(f"host cost per call on {info['name']}, commit {commit}, torch {info['torch']}, triton {info['triton']}"
           + ("" if cuda else " (CPU: mixmla's Python only, kernel launches stubbed out)"), flush=True)
-    rows = measure([s.strip() for s in a.shapes.split(",") if s.strip()],
-                   [f.strip() for f in a.formats.split(",") if f.strip()], a.calls, a.burst)
+    def items(text):
+        return [x.strip() for x in text.split(",") if x.strip()]
+
+    rows = measure(items(a.shapes), items(a.formats), a.calls, a.burst,
+                   items(a.paged_shapes) if a.paged else (), [int(p) for p in items(a.page_sizes)],
+                   items(a.paged_formats))
     doc = {"schema": "mixmla-host-cost/1", "mode": "gpu" if cuda else "cpu-python", "device": info, "commit": commit,
-           "settings": {"calls": a.calls, "burst": a.burst, "heads": HEADS}, "rows": rows}
+           "settings": {"calls": a.calls, "burst": a.burst, "heads": HEADS, "paged": a.paged}, "rows": rows}
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "host_cost.json")
     with open(path, "w") as f:

@@ -180,6 +180,96 @@ def test_bad_csr_is_a_value_error(what, named):
         mixmla.mla_decode_paged_csr(q, paged.cache, kv_indptr, kv_indices, kv_len)
 
 
+def test_csr_indices_past_the_tokens_are_not_read():
+    """A request's CSR segment may hold more pages than its tokens fill; those entries may hold
+    anything (here -1 and a page past the pool) and are neither checked nor read."""
+    q, paged, _ = batch("bf16", [20, 3, 40], [1, 1, 1], 16, seed=7)
+    ptr = paged.kv_indptr.cpu().tolist()
+    idx = paged.kv_indices.cpu().tolist()
+    wide_idx, wide_ptr = [], [0]
+    for b, junk in enumerate(([-1], [-1, 10 ** 6], [paged.cache.num_pages])):
+        wide_idx += idx[ptr[b]:ptr[b + 1]] + junk
+        wide_ptr.append(len(wide_idx))
+    i32 = dict(dtype=torch.int32, device=DEVICE)
+    out = mixmla.mla_decode_paged_csr(q, paged.cache, torch.tensor(wide_ptr, **i32), torch.tensor(wide_idx, **i32),
+                                      paged.seq_lens)
+    ref = mixmla.mla_decode_paged_csr(q, paged.cache, paged.kv_indptr, paged.kv_indices, paged.seq_lens)
+    assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("form", ["block", "csr"])
+@pytest.mark.parametrize("entry", [-1, "num_pages"])
+def test_bad_entry_of_a_later_request_is_named(form, entry):
+    """The check on the device covers every request's used entries, not just the first
+    request's: a bad entry in the last page request 2 reads is found and named exactly, and the
+    last page of the pool (num_pages - 1) is a good one."""
+    q, paged, _ = batch("bf16", [20, 0, 40], [1, 1, 1], 16, seed=8)
+    bad = -1 if entry == -1 else paged.cache.num_pages
+    table, idx = paged.block_table.clone(), paged.kv_indices.clone()
+    last = int(paged.kv_indptr[3]) - 1  # request 2's third (last used) page
+    for good in (paged.cache.num_pages - 1, bad):
+        table[2, 2], idx[last] = good, good
+        call = (lambda: mixmla.mla_decode_paged(q, paged.cache, table, paged.seq_lens)) if form == "block" else \
+            (lambda: mixmla.mla_decode_paged_csr(q, paged.cache, paged.kv_indptr, idx, paged.seq_lens))
+        if good == bad:
+            named = r"block_table\[2, 2\]" if form == "block" else rf"kv_indices\[{last}\]"
+            with pytest.raises(ValueError, match=named + f" = {bad} is not a page of the cache"):
+                call()
+        else:
+            call()
+
+
+def test_plans_and_runs_read_no_page_table(monkeypatch):
+    """plan_paged reads the lengths (and qo_indptr) on the host, not the table; run reads
+    nothing; a checked one-call decode reads O(batch) values (the table reduced on the device to
+    its used range), and the table itself only to name a bad entry."""
+    from mixmla import validate
+    from mixmla.kernels.triton.backend import TritonPlan
+
+    q, paged, _ = batch("bf16", [20, 0, 40], [1, 1, 1], 16, seed=9)
+    wide = torch.full((3, 50), -1, dtype=torch.int32, device=DEVICE)
+    wide[:, :paged.block_table.shape[1]] = paged.block_table
+    reads = []
+    real = validate._host_values
+    monkeypatch.setattr(validate, "_host_values", lambda ts: reads.append(sum(t.numel() for t in ts)) or real(ts))
+    p = mixmla.plan_paged(wide, paged.seq_lens, 16)
+    pc = mixmla.plan_paged_csr(paged.kv_indptr, paged.kv_indices, paged.seq_lens, 16)
+    assert reads == [3, 3 + 4]
+    reads.clear()
+    monkeypatch.setattr(TritonPlan, "run_paged", lambda self, *args: None)
+    for name in ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__index__", "__float__"):
+        monkeypatch.setattr(torch.Tensor, name, lambda *a, **k: pytest.fail("run read a value on the host"))
+    p.run(q, paged.cache)
+    pc.run(q, paged.cache)
+    monkeypatch.undo()
+    monkeypatch.setattr(validate, "_host_values", lambda ts: reads.append(sum(t.numel() for t in ts)) or real(ts))
+    assert reads == []
+    mixmla.mla_decode_paged(q, paged.cache, wide, paged.seq_lens)
+    mixmla.mla_decode_paged_csr(q, paged.cache, paged.kv_indptr, paged.kv_indices, paged.seq_lens)
+    assert reads == [3 + 2, 3 + 4 + 2]
+    wide[1, 0] = -1  # request 1 has no tokens: its entries are not read
+    wide[2, 1] = -1
+    reads.clear()
+    with pytest.raises(ValueError, match=r"block_table\[2, 1\] = -1"):
+        mixmla.mla_decode_paged(q, paged.cache, wide, paged.seq_lens)
+    assert reads == [3 + 2, wide.numel()]
+
+
+@pytest.mark.gpu
+def test_paged_run_does_not_synchronize():
+    q, paged, _ = batch("fp8", [20, 0, 40], [1, 1, 1], 16, seed=9)
+    p = mixmla.plan_paged(paged.block_table, paged.seq_lens, 16, fmt="fp8")
+    pc = mixmla.plan_paged_csr(paged.kv_indptr, paged.kv_indices, paged.seq_lens, 16, fmt="fp8")
+    p.run(q, paged.cache), pc.run(q, paged.cache)  # compiles
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        p.run(q, paged.cache)
+        pc.run(q, paged.cache, return_lse=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
 def test_page_size_must_match_the_plan():
     q, paged, _ = batch("bf16", [40, 3], [1, 1], 16, seed=1)
     p = mixmla.plan_paged(paged.block_table, paged.seq_lens, 32)

@@ -66,8 +66,8 @@ class DecodePlan:
         self.sm_scale = scale
         self.batch = kv_lens.shape[0]
         self.total_q = int(qo_host[-1])
-        self.max_q_len = _max_q_len(qo_host)
         layout = Layout(self.device, self.num_heads, fmt, scale, kv_lens, qo_host[1:] - qo_host[:-1], page_size)
+        self.max_q_len = layout.max_q_len
         chosen = get_backend(backend, layout, config)
         self.backend = chosen.name
         self._out_dtypes = chosen.out_dtypes
@@ -305,11 +305,17 @@ def custom_kernel(data, fmt: str = "auto", use_graphs: bool = True, backend: str
     config_key = (config.get("batch_size"), config.get("q_seq_len"), config.get("kv_seq_len"))
     p = cached_plan(checked, kv_indptr, qo_indptr, config_key, backend)
     cache = checked.cache
-
-    def launch(out: torch.Tensor):
-        # This call's indptrs, not the ones the cached plan was made with: the kernels take each
-        # request's bounds from these on the device.
-        return p.run(q, cache, out, kv_indptr=kv_indptr, qo_indptr=qo_indptr)
+    qo = p.qo_indptr if qo_indptr is None else qo_indptr
+    if kv_indptr.dtype in p.indptr_dtypes and qo.dtype in p.indptr_dtypes:
+        def launch(out: torch.Tensor):
+            # Everything was checked above and the plan matches the call by its key, so the
+            # backend is launched directly, with this call's indptrs, not the ones the cached
+            # plan was made with: the kernels take each request's bounds from these on the device.
+            p._plan.run(q, cache, kv_indptr, qo, out, None)
+            return out
+    else:
+        def launch(out: torch.Tensor):
+            return p.run(q, cache, out, kv_indptr=kv_indptr, qo_indptr=qo_indptr)  # raises: a dtype it cannot read
 
     shape = (q.shape[0], q.shape[1], VALUE_DIM)
     if key is None:

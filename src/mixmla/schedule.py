@@ -59,10 +59,16 @@ class Schedule:
         return int(self.work_req.shape[0])
 
 
-def splits_per_request(kv_lens: np.ndarray, target_items: float, min_chunk: int) -> np.ndarray:
+def splits_per_request(kv_lens: np.ndarray, target_items: float, min_chunk: int,
+                       total: int | None = None) -> np.ndarray:
     """Chunks per request (int32; kv_lens int64): about ``total_tokens / target_items`` tokens per
-    chunk, at least ``min_chunk``, at least one chunk per request."""
-    chunk = max(min_chunk, math.ceil(int(kv_lens.sum()) / max(target_items, 1.0)))
+    chunk, at least ``min_chunk``, at least one chunk per request. total: ``kv_lens.sum()`` when
+    the caller knows it."""
+    total = int(kv_lens.sum()) if total is None else total
+    chunk = max(min_chunk, math.ceil(total / max(target_items, 1.0)))
+    if 2 * int(kv_lens.max(initial=0)) < 3 * chunk:
+        # Every request rounds to at most one chunk (rint(x) <= 1 for x < 1.5): the direct case.
+        return np.ones(kv_lens.shape[0], np.int32)
     # Never more chunks than min_chunk-sized pieces of the request, never fewer than one.
     nsplit = np.minimum(np.rint(kv_lens / chunk), (kv_lens + (min_chunk - 1)) // min_chunk)
     return np.maximum(nsplit, 1).astype(np.int32)

@@ -88,6 +88,10 @@ class DecodeInputs:
 # small helpers
 
 
+def _names(dtypes) -> str:
+    return " or ".join(str(d) for d in dtypes)
+
+
 def _shape(t) -> str:
     return str(tuple(t.shape))
 
@@ -131,6 +135,25 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]
 
 
+def _overlaps_any(out: torch.Tensor, inputs: Sequence[torch.Tensor]) -> bool:
+    """``_overlaps(out, t)`` for any ``t`` of ``inputs``, with out's storage read once."""
+    storage = out.untyped_storage()
+    lo = storage.data_ptr()
+    hi = lo + storage.nbytes()
+    device = out.device
+    for t in inputs:
+        if t.device != device:
+            continue
+        other = t.untyped_storage()
+        start = other.data_ptr()
+        if start + other.nbytes() <= lo or hi <= start:
+            continue  # disjoint storages (the common case) cannot overlap
+        sa, sb = _byte_span(out), _byte_span(t)
+        if sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]:
+            return True
+    return False
+
+
 def _cache_tensors(cache) -> list:
     if isinstance(cache, Fp8Cache):
         return [cache.data, cache.scale]
@@ -171,7 +194,7 @@ def _host_values(tensors: Sequence[torch.Tensor]) -> list:
 
 def check_num_heads(num_heads, supported: Sequence[int] = SUPPORTED_NUM_HEADS, name: str = "num_heads") -> int:
     """``num_heads`` (int, query heads H) must be one of ``supported``."""
-    if isinstance(num_heads, bool) or not isinstance(num_heads, numbers.Integral):
+    if type(num_heads) is not int and (isinstance(num_heads, bool) or not isinstance(num_heads, numbers.Integral)):
         raise TypeError(f"{name} must be an int, one of {tuple(supported)}; got {type(num_heads).__name__}")
     if int(num_heads) not in tuple(supported):
         raise ValueError(f"{name}: unsupported number of query heads; expected one of {tuple(supported)}, "
@@ -246,9 +269,8 @@ def check_out(out, total_q: int, num_heads: int, device: torch.device, inputs: S
         raise ValueError(f"out must be contiguous, got strides {out.stride()} for shape {_shape(out)}")
     if not _same_device(out.device, device):
         raise ValueError(f"out is on {out.device} but q is on {device}; all tensors must share one device")
-    for t in inputs:
-        if _overlaps(out, t):
-            raise ValueError("out shares memory with an input (q or the cache); pass a separate buffer")
+    if _overlaps_any(out, inputs):
+        raise ValueError("out shares memory with an input (q or the cache); pass a separate buffer")
 
 
 def check_indptr(
@@ -274,11 +296,11 @@ def check_indptr(
     given, and every segment ``t[i+1]-t[i] <= max_len`` (query tokens per request) when given.
     Returns the values as an int64 numpy array when checked, else None.
     """
-    allowed = " or ".join(str(d) for d in dtypes)
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a 1-D {allowed.replace('torch.', '')} torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in tuple(dtypes):
-        raise TypeError(f"{name} must have dtype {allowed}{dtype_reason}, got {t.dtype}")
+        raise TypeError(f"{name} must be a 1-D {_names(dtypes).replace('torch.', '')} torch.Tensor, got "
+                        f"{type(t).__name__}")
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name} must have dtype {_names(dtypes)}{dtype_reason}, got {t.dtype}")
     if t.dim() != 1:
         raise ValueError(f"{name} must be 1-D (batch+1,), got {t.dim()}-D shape {_shape(t)}")
     if t.shape[0] < 2:
@@ -472,13 +494,15 @@ def check_run_inputs(plan, q, cache, out=None, kv_indptr=None, qo_indptr=None):
     if kv_indptr is None and kv_cache.num_tokens < total_kv:
         raise ValueError(f"cache has {kv_cache.num_tokens} rows but the plan's kv_indptr ends at {total_kv} "
                          f"(expected at least {total_kv} rows)")
-    check_out(out, total_q, num_heads, q.device, inputs=[q, *_cache_tensors(kv_cache)])
-    dtypes = tuple(getattr(plan, "indptr_dtypes", INDPTR_DTYPES))
-    reason = "" if set(dtypes) == set(INDPTR_DTYPES) else f" (what the {getattr(plan, 'backend', '')} kernels read)"
-    for name, t in (("kv_indptr", kv_indptr), ("qo_indptr", qo_indptr)):
-        if t is not None:
-            check_indptr(name, t, device=q.device, batch=batch, check_values=False, dtypes=dtypes,
-                         dtype_reason=reason)
+    if out is not None:
+        check_out(out, total_q, num_heads, q.device, inputs=[q, *_cache_tensors(kv_cache)])
+    if kv_indptr is not None or qo_indptr is not None:
+        dtypes = tuple(getattr(plan, "indptr_dtypes", INDPTR_DTYPES))
+        reason = "" if set(dtypes) == set(INDPTR_DTYPES) else f" (what the {getattr(plan, 'backend', '')} kernels read)"
+        for name, t in (("kv_indptr", kv_indptr), ("qo_indptr", qo_indptr)):
+            if t is not None:
+                check_indptr(name, t, device=q.device, batch=batch, check_values=False, dtypes=dtypes,
+                             dtype_reason=reason)
     return kv_cache
 
 

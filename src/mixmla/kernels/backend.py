@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -46,6 +47,23 @@ class Layout:
     @property
     def batch(self) -> int:
         return int(self.kv_lens.shape[0])
+
+    @property
+    def max_q_len(self) -> int:
+        """The most query tokens of a request, at least 1 (every backend serves one per request)."""
+        # Memoized by hand: functools.cached_property takes a lock per read, which costs more here.
+        value = self.__dict__.get("_max_q_len")
+        if value is None:
+            value = self.__dict__["_max_q_len"] = max(1, int(self.q_lens.max(initial=0)))
+        return value
+
+    @property
+    def total_kv(self) -> int:
+        """Cached tokens of the whole batch."""
+        value = self.__dict__.get("_total_kv")
+        if value is None:
+            value = self.__dict__["_total_kv"] = int(self.kv_lens.sum())
+        return value
 
 
 class PageTable(NamedTuple):
@@ -129,7 +147,8 @@ def _load(chosen: str, name: str) -> Backend:
     if backend is None:
         module_name = f"{__package__}.{chosen}.backend"
         try:
-            backend = importlib.import_module(module_name).BACKEND
+            # sys.modules first: import_module's own lookup costs a few us, and plans ask every time.
+            backend = (sys.modules.get(module_name) or importlib.import_module(module_name)).BACKEND
         except (ImportError, AttributeError) as err:
             raise ValueError(f"backend={name!r}: the {chosen} backend is not available in this installation "
                              f"({module_name}: {err}); backend='triton' serves every layout") from err

@@ -2,12 +2,14 @@
 extended to page tables).
 
 Structural checks read metadata only (no sync): the page table's kind, dtypes, ranks, strides,
-batch and device; the pool's shape and page size. Value checks copy what the kernels will read
-to the host in one transfer (a sync on a GPU): every cached-token count is >= 0 and within its
-request's pages, every page entry a request uses lies in ``[0, num_pages)`` (entries past a
-request's tokens are not read and may hold anything, such as -1 padding), CSR page indptrs start
-at 0, do not decrease and end within the indices, ``qo_indptr`` as for the contiguous layout, the
-fp8 scale finite and > 0. Errors are ``TypeError``/``ValueError`` naming the argument.
+batch and device; the pool's shape and page size. Value checks read O(batch) values on the host
+in one transfer (a sync on a GPU), the page table itself being reduced on the device first (to the
+smallest and largest entry in use), so that their host cost does not grow with the table: every
+cached-token count is >= 0 and within its request's pages, every page entry a request uses lies
+in ``[0, num_pages)`` (entries past a request's tokens are not read and may hold anything, such as
+-1 padding), CSR page indptrs start at 0, do not decrease and end within the indices,
+``qo_indptr`` as for the contiguous layout, the fp8 scale finite and > 0. Errors are
+``TypeError``/``ValueError`` naming the argument.
 """
 
 from __future__ import annotations
@@ -48,11 +50,10 @@ class PagedInputs:
 
 def _vector(name: str, t, length: Optional[int], device) -> None:
     """``t``: a 1-D int32/int64 tensor of unit stride (of ``length`` entries when given) on ``device``."""
-    allowed = " or ".join(str(d) for d in TABLE_DTYPES)
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a 1-D {allowed} torch.Tensor, got {type(t).__name__}")
+        raise TypeError(f"{name} must be a 1-D {validate._names(TABLE_DTYPES)} torch.Tensor, got {type(t).__name__}")
     if t.dtype not in TABLE_DTYPES:
-        raise TypeError(f"{name} must have dtype {allowed}, got {t.dtype}")
+        raise TypeError(f"{name} must have dtype {validate._names(TABLE_DTYPES)}, got {t.dtype}")
     if t.dim() != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
     if length is not None and t.shape[0] != length:
@@ -67,12 +68,11 @@ def block_table_pages(block_table, seq_lens, page_size, device=None) -> PageTabl
     """Structure of the block-table form: block_table (batch, max_pages) int32/int64 with unit
     last stride, seq_lens (batch,) int32/int64, both on ``device`` (default: block_table's)."""
     page_size = check_page_size(page_size)
-    allowed = " or ".join(str(d) for d in TABLE_DTYPES)
     if not isinstance(block_table, torch.Tensor):
-        raise TypeError(f"block_table must be a 2-D {allowed} torch.Tensor (batch, max_pages), got "
-                        f"{type(block_table).__name__}")
+        raise TypeError(f"block_table must be a 2-D {validate._names(TABLE_DTYPES)} torch.Tensor (batch, max_pages), "
+                        f"got {type(block_table).__name__}")
     if block_table.dtype not in TABLE_DTYPES:
-        raise TypeError(f"block_table must have dtype {allowed}, got {block_table.dtype}")
+        raise TypeError(f"block_table must have dtype {validate._names(TABLE_DTYPES)}, got {block_table.dtype}")
     if block_table.dim() != 2 or block_table.shape[0] < 1:
         raise ValueError(f"block_table must be 2-D (batch, max_pages) with batch >= 1, got shape "
                          f"{tuple(block_table.shape)}")
@@ -104,41 +104,49 @@ def _table_names(pages: PageTable) -> tuple[str, str]:
 
 def check_values(pages: PageTable, num_pages: Optional[int], qo_indptr, total_q: Optional[int],
                  max_q_len: Optional[int], cache=None) -> tuple[np.ndarray, np.ndarray]:
-    """The value rules (module doc), from one host transfer of the page table, ``qo_indptr`` and the
-    fp8 scale of ``cache`` (a container or ``PagedCache``, or None). num_pages: the pool's pages
-    (None: page entries are not checked, the pool being unknown yet). Returns ``(kv_lens (batch,),
-    qo_ptr (batch+1,))`` int64 host arrays."""
+    """The value rules (module doc), from one host read of the cached-token counts, the CSR page
+    indptr, ``qo_indptr``, the fp8 scale of ``cache`` (a container or ``PagedCache``, or None) and
+    the smallest and largest page entry the requests use (two values reduced on the device, so
+    the read does not grow with the table). num_pages: the pool's pages (None: page entries are
+    not checked, the pool being unknown yet). Returns ``(kv_lens (batch,), qo_ptr (batch+1,))``
+    int64 host arrays."""
     lens_name, table_name = _table_names(pages)
     rows = cache.rows if isinstance(cache, PagedCache) else cache
-    tensors = [pages.seq_lens, pages.table] + ([pages.page_indptr] if pages.page_indptr is not None else [])
+    block = pages.page_indptr is None
+    tensors = [pages.seq_lens] + ([] if block else [pages.page_indptr])
     if qo_indptr is not None:
         tensors.append(qo_indptr)
     fp8 = isinstance(rows, Fp8Cache)
     if fp8:
         tensors.append(rows.scale)
+    if num_pages is not None:
+        tensors.append(_used_entry_range(pages))
     host = validate._host_values(tensors)
-    kv_lens, table, P = host[0], host[1], pages.page_size
+    kv_lens, P = host[0], pages.page_size
     batch = kv_lens.shape[0]
-    if pages.page_indptr is None:
-        table = table.reshape(batch, pages.table.shape[1])
+    if block:
         starts = np.zeros(batch, np.int64)
         capacity = np.full(batch, pages.table.shape[1], np.int64)
-        next_host = 2
+        next_host = 1
     else:
-        page_ptr = validate._check_indptr_values("kv_indptr", host[2], max_last=table.shape[0])
+        page_ptr = validate._check_indptr_values("kv_indptr", host[1], max_last=pages.table.shape[0])
         starts, capacity = page_ptr[:-1], page_ptr[1:] - page_ptr[:-1]
-        next_host = 3
+        next_host = 2
     if (kv_lens < 0).any():
         b = int(np.argmax(kv_lens < 0))
         raise ValueError(f"{lens_name}[{b}] = {kv_lens[b]} is negative (cached tokens per request)")
     over = kv_lens > capacity * P
     if over.any():
         b = int(np.argmax(over))
-        where = f"row {b} of {table_name}" if pages.page_indptr is None else f"kv_indptr[{b}]..kv_indptr[{b + 1}]"
+        where = f"row {b} of {table_name}" if block else f"kv_indptr[{b}]..kv_indptr[{b + 1}]"
         raise ValueError(f"{lens_name}[{b}] = {kv_lens[b]} is beyond the table's capacity: {where} holds "
                          f"{capacity[b]} pages of {P} tokens ({capacity[b] * P} tokens)")
     if num_pages is not None:
-        _check_entries(table_name, table, starts, -(-kv_lens // P), num_pages, pages.page_indptr is None)
+        lowest, highest = host[-1]
+        if lowest < 0 or highest >= num_pages:
+            # The error path alone reads the table, to name the first bad entry.
+            table = validate._host_values([pages.table])[0]
+            _check_entries(table_name, table.reshape(pages.table.shape), starts, -(-kv_lens // P), num_pages, block)
     if qo_indptr is not None:
         qo_ptr = validate._check_indptr_values("qo_indptr", host[next_host], last=total_q, max_len=max_q_len)
     else:
@@ -147,15 +155,37 @@ def check_values(pages: PageTable, num_pages: Optional[int], qo_indptr, total_q:
             raise ValueError(f"qo_indptr is None, which means one query row per request (batch = {batch}), but q "
                              f"has total_q = {total_q} rows; pass qo_indptr")
     if fp8:
-        value = float(host[-1][0])
+        value = float(host[-2 if num_pages is not None else -1][0])
         if not math.isfinite(value) or value <= 0.0:
             raise ValueError(f"cache: fp8 scale must be finite and > 0, got {value!r}")
     return kv_lens, qo_ptr
 
 
+def _used_entry_range(pages: PageTable) -> torch.Tensor:
+    """``[smallest, largest]`` (2,) of the page entries the requests use (the first
+    ``ceil(seq_lens[b] / page_size)`` of each; ``[0, 0]`` when none is), on the table's device, in
+    a few tensor operations and no sync. Any table values are safe here (every index is clamped):
+    whether the lengths and the CSR indptr were valid is decided on the host afterwards, and the
+    range means something only when they were."""
+    table, lens, P = pages.table, pages.seq_lens, pages.page_size
+    if table.numel() == 0:
+        return torch.zeros(2, dtype=table.dtype, device=table.device)
+    if pages.page_indptr is None:
+        first_token = torch.arange(0, table.shape[1] * P, P, device=table.device)
+        used = first_token < lens.unsqueeze(1)
+    else:
+        ptr = pages.page_indptr.long()
+        pos = torch.arange(table.shape[0], device=table.device)
+        req = torch.searchsorted(ptr[1:], pos, right=True).clamp_(max=lens.shape[0] - 1)
+        used = (pos - ptr[req]) * P < lens[req]
+    lowest, highest = torch.aminmax(torch.where(used, table, 0))
+    return torch.stack((lowest, highest))
+
+
 def _check_entries(name: str, table: np.ndarray, starts: np.ndarray, used: np.ndarray, num_pages: int,
                    block: bool) -> None:
-    """Every page entry a request reads (its first ``used[b]``) lies in ``[0, num_pages)``."""
+    """Every page entry a request reads (its first ``used[b]``) lies in ``[0, num_pages)``: the
+    first one that does not is a ValueError."""
     if block:
         cols = np.arange(table.shape[1])[None, :]
         bad = (cols < used[:, None]) & ((table < 0) | (table >= num_pages))

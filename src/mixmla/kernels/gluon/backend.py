@@ -8,6 +8,8 @@ Triton kernels on the H200; smaller batches go to Triton, whose per-call cost is
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ...formats import Fp8Cache, Mxfp4Cache
@@ -24,7 +26,7 @@ MIN_UNITS_PER_PROGRAM = 4
 
 
 def _rows(layout: Layout) -> int:
-    return int(layout.q_lens.max(initial=1)) * layout.num_heads
+    return layout.max_q_len * layout.num_heads
 
 
 class HopperPlan(BackendPlan):
@@ -73,7 +75,14 @@ class HopperPlan(BackendPlan):
 
 
 def _capability(device: torch.device) -> tuple[int, int] | None:
-    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    return _cuda_capability(device.index if device.index is not None else torch.cuda.current_device()) \
+        if device.type == "cuda" else None
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_capability(index: int) -> tuple[int, int]:
+    # Asked at every plan; torch answers it from the device's properties, which cost a few us each.
+    return torch.cuda.get_device_capability(index)
 
 
 class GluonBackend(Backend):
@@ -92,7 +101,7 @@ class GluonBackend(Backend):
         """Whether 'auto' should pick this backend for ``layout`` (measured faster there)."""
         # Paged layouts follow the contiguous rule: the kernel reads a tile's page entries one tile
         # ahead, so a page table adds address arithmetic, not a dependent load in the tile's path.
-        return self.unsupported(layout) is None and int(layout.kv_lens.sum()) >= AUTO_MIN_TOKENS
+        return self.unsupported(layout) is None and layout.total_kv >= AUTO_MIN_TOKENS
 
 
 BACKEND = GluonBackend()

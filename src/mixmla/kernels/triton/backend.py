@@ -10,7 +10,7 @@ import torch
 
 from ... import interpreter
 from ...formats import VALUE_DIM
-from ...schedule import block_rows, device_sm_count, rows_per_request, schedule_of_splits, splits_per_request
+from ...schedule import block_rows, device_sm_count, schedule_of_splits, splits_per_request
 from ..backend import Backend, BackendPlan, Layout
 from . import launch
 from .configs import KernelConfig, default_config
@@ -21,8 +21,9 @@ INTERPRETED = interpreter.active()
 
 @functools.lru_cache(maxsize=64)
 def _schedule_on_device(device: torch.device, nsplit: bytes, rows_max: int, block_r: int, row_blocks: int) -> tuple:
-    """``(Schedule, (work_req, work_split, work_nsplit, split_indptr) int32 on device)`` of the
-    chunk counts ``nsplit`` (int32 bytes), copied to the device in one transfer. Cached: a schedule
+    """``(Schedule, (work_req, work_split, work_nsplit, split_indptr) int32 on device, their
+    launch signatures)`` of the chunk counts ``nsplit`` (int32 bytes), copied to the device in one
+    transfer. Cached: a schedule
     depends on its chunk counts only (which stay the same while the lengths grow a little), so a
     new plan of the same counts makes no copy. The device tensors are only ever read."""
     s = schedule_of_splits(np.frombuffer(nsplit, dtype=np.int32), rows_max, block_r, row_blocks)
@@ -32,7 +33,7 @@ def _schedule_on_device(device: torch.device, nsplit: bytes, rows_max: int, bloc
     for a in arrays:
         work.append(packed[start:start + a.shape[0]])
         start += a.shape[0]
-    return s, tuple(work)
+    return s, tuple(work), launch.signatures(work)
 
 
 class TritonPlan(BackendPlan):
@@ -41,28 +42,30 @@ class TritonPlan(BackendPlan):
     indptr_dtypes = (torch.int32, torch.int64)  # the kernels load either and widen to int64
 
     def __init__(self, layout: Layout, config: KernelConfig | None):
-        rows_max = rows_per_request(layout.q_lens, layout.num_heads)
+        rows_max = layout.max_q_len * layout.num_heads
         self.config = c = config or default_config(layout.fmt, rows_max)
         block_r = block_rows(rows_max)
         row_blocks = -(-rows_max // block_r)
         nsplit = splits_per_request(layout.kv_lens, device_sm_count(layout.device) * c.items_per_sm / row_blocks,
-                                    max(c.min_chunk, c.block_t))
-        self.schedule, work = _schedule_on_device(layout.device, nsplit.tobytes(), rows_max, block_r, row_blocks)
+                                    max(c.min_chunk, c.block_t), layout.total_kv)
+        self.schedule, work, work_signatures = _schedule_on_device(layout.device, nsplit.tobytes(), rows_max,
+                                                                   block_r, row_blocks)
         s = self.schedule
         if s.direct:
             workspace = torch.empty(1, dtype=torch.float32, device=layout.device)
             part_o = part_lse = workspace
         else:
             # One allocation for both partial buffers.
-            rows = s.num_work * s.rows_max
+            num_work = work[0].shape[0]
+            rows = num_work * s.rows_max
             workspace = torch.empty(rows * (VALUE_DIM + 1), dtype=torch.float32, device=layout.device)
-            part_o = workspace[:rows * VALUE_DIM].view(s.num_work, s.rows_max, VALUE_DIM)
-            part_lse = workspace[rows * VALUE_DIM:].view(s.num_work, s.rows_max)
+            part_o = workspace.as_strided((num_work, s.rows_max, VALUE_DIM), (s.rows_max * VALUE_DIM, VALUE_DIM, 1))
+            part_lse = workspace.as_strided((num_work, s.rows_max), (s.rows_max, 1), rows * VALUE_DIM)
         self.constants = launch.PlanConstants(s, work, (part_o, part_lse), layout.sm_scale, layout.num_heads, c,
                                               INTERPRETED)
         # Compiled launches on CUDA, shared by every plan; the interpreter has nothing to compile.
-        self._compiled = launch.SHARED if layout.device.type == "cuda" and not INTERPRETED else None
-        self._key = launch.plan_key(self.constants)
+        self._compiled = launch.SHARED if workspace.is_cuda and not INTERPRETED else None
+        self._key = launch.plan_key(self.constants, work_signatures)
 
     def run(self, q, cache, kv_indptr, qo_indptr, out, lse) -> None:
         self._launch(q, cache, kv_indptr, qo_indptr, out, lse, None)

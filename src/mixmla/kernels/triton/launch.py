@@ -15,6 +15,7 @@ one instance, ``SHARED``, serves every plan, so a new plan of a known specializa
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -54,7 +55,7 @@ def cache_arguments(cache: KVCache) -> tuple:
         if cache.is_fnuz:
             data = cache.data.view(torch.uint8)
             return FMT_FP8_FNUZ.value, data, data.stride(0), cache.scale, None
-        data = cache.data.view(torch.float8_e4m3fn)
+        data = cache.data  # e4m3fn: the containers hold no other fp8 dtype but fnuz
         return FMT_FP8.value, data, data.stride(0), cache.scale, None
     if isinstance(cache, Mxfp4Cache):
         return FMT_MXFP4.value, cache.data, cache.data.stride(0), cache.scales, cache.scales.stride(0)
@@ -103,36 +104,49 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
     """
     s, config = plan.schedule, plan.config
     fmt, kv, kv_stride, scales, scale_stride = cache_arguments(cache)
-    table, page_stride, page_indptr, max_pages, num_pages, page_size, csr = page_arguments(pages, cache)
-    if pages is not None:
+    if pages is None:  # the contiguous layout: page_arguments(None, cache)
+        table, page_stride, page_indptr, max_pages, num_pages, page_size, csr = None, 0, None, 0, 0, 0, False
+    else:
+        table, page_stride, page_indptr, max_pages, num_pages, page_size, csr = page_arguments(pages, cache)
         kv_indptr = pages.seq_lens
     work_req, work_split, work_nsplit, split_indptr = plan.work
     part_o, part_lse = plan.workspace
+    q_stride, out_stride = q.stride(), out.stride()
     write_lse = lse is not None
     lse_arg = lse if write_lse else out
     lse_stride = lse.stride(0) if write_lse else 0
-    decode = Launch(mla_decode_kernel, (s.num_work, s.row_blocks), (
-        q, q.stride(0), q.stride(1),
+    decode = Launch(mla_decode_kernel, (work_req.shape[0], s.row_blocks), (
+        q, q_stride[0], q_stride[1],
         kv, kv_stride, scales, scale_stride,
         kv_indptr, qo_indptr,
         table, page_stride, page_indptr, max_pages, num_pages,
         work_req, work_split, work_nsplit,
-        out, out.stride(0), out.stride(1), lse_arg, lse_stride,
+        out, out_stride[0], out_stride[1], lse_arg, lse_stride,
         part_o, part_lse, s.rows_max,
         plan.sm_scale,
         plan.num_heads, s.block_r, config.block_t, fmt, s.direct, write_lse, plan.interpreted,
         page_size, csr,
-    ), dict(num_warps=config.num_warps, num_stages=config.num_stages))
+    ), _options(config.num_warps, config.num_stages))
     if s.direct:
         return [decode]
-    batch = split_indptr.shape[0] - 1
-    combine = Launch(mla_combine_kernel, (batch, -(-s.rows_max // COMBINE_BLOCK_R), VALUE_DIM // COMBINE_BLOCK_D), (
+    combine = Launch(mla_combine_kernel, _combine_grid(split_indptr.shape[0] - 1, s.rows_max), (
         part_o, part_lse, s.rows_max, split_indptr, qo_indptr,
-        out, out.stride(0), out.stride(1), lse_arg, lse_stride,
+        out, out_stride[0], out_stride[1], lse_arg, lse_stride,
         plan.num_heads, COMBINE_BLOCK_R, COMBINE_BLOCK_D,
         _combine_block_s(s), write_lse,
-    ), dict(num_warps=4))
+    ), _options(4, None))
     return [decode, combine]
+
+
+@functools.lru_cache(maxsize=None)
+def _options(num_warps: int, num_stages: int | None) -> dict:
+    # Shared between launches: Triton's dispatcher and ``CompiledLaunches`` only read it.
+    return dict(num_warps=num_warps) if num_stages is None else dict(num_warps=num_warps, num_stages=num_stages)
+
+
+@functools.lru_cache(maxsize=256)
+def _combine_grid(batch: int, rows_max: int) -> tuple:
+    return batch, -(-rows_max // COMBINE_BLOCK_R), VALUE_DIM // COMBINE_BLOCK_D
 
 
 def _int_spec(v: int) -> tuple:
@@ -140,20 +154,27 @@ def _int_spec(v: int) -> tuple:
     return v == 1, v % 16 == 0, -(1 << 31) <= v < (1 << 31)
 
 
-def plan_key(plan: PlanConstants) -> tuple:
+def plan_key(plan: PlanConstants, work_signatures: tuple | None = None) -> tuple:
     """What Triton's specialization of a call's kernels depends on among the arguments a plan
     fixes (``launches`` passes these and the call's tensors, see ``call_key``): every constexpr,
     the specialization of every integer, and each plan tensor's signature as for the call's. The
     float ``sm_scale`` and the grid do not specialize. Two plans with equal keys launch the same
-    compiled kernels for the same call key."""
+    compiled kernels for the same call key. work_signatures: ``signatures(plan.work)`` when the
+    caller has them."""
     s, c = plan.schedule, plan.config
-    tensors = tuple(_signature(t) for t in (*plan.work, *plan.workspace))
+    work = signatures(plan.work) if work_signatures is None else work_signatures
+    tensors = work + signatures(plan.workspace)
     return (s.direct, s.block_r, _int_spec(s.rows_max), _combine_block_s(s), plan.num_heads, c.block_t,
             c.num_warps, c.num_stages, plan.interpreted, tensors)
 
 
 def _combine_block_s(s: Schedule) -> int:
-    return min(COMBINE_MAX_BLOCK_S, 1 << max(0, s.max_splits - 1).bit_length())
+    return _block_s(s.max_splits)
+
+
+@functools.lru_cache(maxsize=None)
+def _block_s(max_splits: int) -> int:
+    return min(COMBINE_MAX_BLOCK_S, 1 << max(0, max_splits - 1).bit_length())
 
 
 def run(launch: Launch):
@@ -164,6 +185,11 @@ def run(launch: Launch):
 
 def _signature(t: torch.Tensor | None) -> tuple | None:
     return None if t is None else (t.dtype, t.data_ptr() & 15, t.stride())
+
+
+def signatures(tensors) -> tuple:
+    """``_signature`` of each tensor: what Triton specializes a tensor argument on, as in the keys."""
+    return tuple(_signature(t) for t in tensors)
 
 
 def call_key(q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor | None, qo_indptr: torch.Tensor,
