@@ -3,8 +3,9 @@
 The decode kernel asks two things, whatever the layout (``PAGE_SIZE`` constexpr; docs/SPEC.md §4):
 ``request_tokens`` gives a request's first row (contiguous) or first page-table entry (paged) and
 its cached-token count, ``tile_pages`` the page-table entry of a tile of its token positions and
-``token_rows`` the cache rows of that tile. A page-major cache ``(pages, P, width)`` is read as its ``pages * P`` rows, so token ``t`` of a request is row
-``page * P + t % P`` with ``page`` its page-table entry ``t // P``.
+``token_rows`` the cache rows of that tile. A page-major cache ``(pages, P, width)`` is read as
+its ``pages * P`` rows, so token ``t`` of a request is row ``page * P + t % P`` with ``page`` its
+page-table entry ``t // P``.
 
 PAGE_SIZE = 0: contiguous, ``kv_indptr`` (batch+1,) prefix sums of rows. PAGE_SIZE = P > 0:
 ``kv_indptr`` holds the cached-token counts (batch,) instead; the page table is a block table
