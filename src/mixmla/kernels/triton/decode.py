@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ..constants import FMT_FP8, FMT_FP8_FNUZ, LN2
-from .paging import request_tokens, token_rows
+from .paging import request_tokens, tile_pages, token_rows
 from .pieces import NOPE_HALF, ROPE_HALF, load_query_piece, store_value_rows
 from .softmax import finish_rows, online_softmax_step
 from .tiles import load_key_tile
@@ -53,7 +53,7 @@ def mla_decode_kernel(
     sm_scale,
     H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, FORMAT: tl.constexpr,
     DIRECT: tl.constexpr, WRITE_LSE: tl.constexpr, INTERPRETED: tl.constexpr,
-    PAGE_SIZE: tl.constexpr, CSR: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, CSR: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     """Grid: (work items, row blocks).
 
@@ -61,6 +61,7 @@ def mla_decode_kernel(
     as described in ``tiles.load_raw_tile`` (fp8: ``scale_ptr`` is the per-tensor float32 scale).
     kv_indptr, pages, page_stride, page_indptr, max_pages, num_pages, PAGE_SIZE, CSR: where each
     request's tokens are (``paging``; PAGE_SIZE 0 is the contiguous layout, the others unused).
+    LOOP_STAGES: the token loop's pipeline stages (``paging.loop_stages``; None: num_stages).
     work_req/work_split/work_nsplit (num_work,) int32: the request of each work item, which chunk
     it is and how many chunks that request has. DIRECT: write ``out`` (total_q, H, 512) in the
     pointer's dtype (bf16, or float32 for callers that merge further) and ``lse`` (total_q, H)
@@ -127,9 +128,13 @@ def mla_decode_kernel(
     l = tl.zeros((BLOCK_R,), tl.float32)
     acc_a = tl.zeros((BLOCK_R, NOPE_HALF), tl.float32)
     acc_b = tl.zeros((BLOCK_R, NOPE_HALF), tl.float32)
-    for t0 in range(t_begin, t_end, BLOCK_T):
+    # Whole-tile pages: each entry is read a tile ahead of the rows it locates (``tile_pages``).
+    page_next = tile_pages(kv_first, t_begin, t_end, pages, PAGE_SIZE, BLOCK_T)
+    for t0 in tl.range(t_begin, t_end, BLOCK_T, num_stages=LOOP_STAGES):
         pos = t0 + tl.arange(0, BLOCK_T)
-        tok, tok_ok = token_rows(kv_first, t0, pos < t_end, pages, num_pages, PAGE_SIZE, BLOCK_T)
+        page = page_next
+        page_next = tile_pages(kv_first, t0 + BLOCK_T, t_end, pages, PAGE_SIZE, BLOCK_T)
+        tok, tok_ok = token_rows(kv_first, t0, pos < t_end, page, pages, num_pages, PAGE_SIZE, BLOCK_T)
         # One decoded tile serves as the keys (all 576 columns) and the values (the nope pieces).
         k_nope_a, k_nope_b, k_rope_a, k_rope_b = load_key_tile(
             kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_ok, FORMAT, INTERPRETED)

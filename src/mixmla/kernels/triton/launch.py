@@ -27,6 +27,7 @@ from ...schedule import Schedule
 from .combine import mla_combine_kernel
 from .configs import KernelConfig
 from .decode import mla_decode_kernel
+from .paging import loop_stages
 from ..backend import PageTable
 from ..constants import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
 
@@ -125,7 +126,7 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
         part_o, part_lse, s.rows_max,
         plan.sm_scale,
         plan.num_heads, s.block_r, config.block_t, fmt, s.direct, write_lse, plan.interpreted,
-        page_size, csr,
+        page_size, csr, loop_stages(page_size, config.block_t, config.num_stages),
     ), _options(config.num_warps, config.num_stages))
     if s.direct:
         return [decode]
