@@ -62,10 +62,11 @@ def _e4m3_to_f16_bits(byte):
     return t.view(torch.int16).numpy().astype(np.uint64) & np.uint64(0xFFFF)
 
 
-def run(asm: str, inputs: dict[int, np.ndarray], num_outputs: int) -> list[np.ndarray]:
-    """Evaluate ``asm`` with operands ``$k`` = ``inputs[k]`` (uint32 arrays of one shape); returns
-    the output operands ``$0 .. $(num_outputs-1)``."""
-    regs: dict[str, np.ndarray] = {f"${k}": _u32(v) for k, v in inputs.items()}
+def run(asm: str, inputs: dict[int, np.ndarray], num_outputs: int, memory: np.ndarray | None = None) -> list[np.ndarray]:
+    """Evaluate ``asm`` with operands ``$k`` = ``inputs[k]`` (uint32 arrays of one shape, 64-bit
+    values for address operands); returns the output operands ``$0 .. $(num_outputs-1)``.
+    memory: the bytes global loads read, an address being an index into it."""
+    regs: dict[str, np.ndarray] = {f"${k}": np.asarray(v, dtype=np.uint64) for k, v in inputs.items()}
     shape = next(iter(regs.values())).shape
 
     def val(tok):
@@ -80,9 +81,13 @@ def run(asm: str, inputs: dict[int, np.ndarray], num_outputs: int) -> list[np.nd
     # order they change nothing. Braces inside a statement ("mov.b32 {lo, hi}, $2") are vectors.
     body = "\n".join(line for line in asm.splitlines() if line.strip() not in ("{", "}"))
     for stmt in body.split(";"):
-        stmt = stmt.strip()
+        stmt = re.sub(r"^\{\s+|^\}$", "", stmt.strip()).strip()  # scope braces on a statement's line
         if not stmt or stmt.startswith(".reg"):
             continue
+        guard = None
+        if stmt.startswith("@"):
+            guard, _, stmt = stmt.partition(" ")
+            guard = regs[guard[1:]].astype(bool)
         op, _, rest = stmt.partition(" ")
         if op == "mov.b32" and rest.strip().startswith("{"):
             dst, src = rest.split("}")
@@ -92,7 +97,13 @@ def run(asm: str, inputs: dict[int, np.ndarray], num_outputs: int) -> list[np.nd
             continue
         args = [t.strip() for t in rest.split(",")]
         d, srcs = args[0], args[1:]
-        if op == "mov.b32":
+        if op == "setp.ne.b32":
+            regs[d] = (_u32(val(srcs[0])) != _u32(val(srcs[1]))).astype(np.uint64)
+            continue
+        if op == "ld.global.u8":
+            addr = val(srcs[0].strip("[] "))
+            r = memory[np.where(guard, addr, 0).astype(np.int64)].astype(np.uint64)
+        elif op == "mov.b32":
             r = val(srcs[0])
         elif op == "and.b32":
             r = val(srcs[0]) & val(srcs[1])
@@ -114,5 +125,6 @@ def run(asm: str, inputs: dict[int, np.ndarray], num_outputs: int) -> list[np.nd
                                                          << np.uint64(16))
         else:
             raise NotImplementedError(f"ptx_subset does not know {op!r}")
-        regs[d] = r & _M32
+        r = r & _M32
+        regs[d] = r if guard is None else np.where(guard, r, regs[d])
     return [regs[f"${k}"] for k in range(num_outputs)]

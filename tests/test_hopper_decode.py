@@ -35,7 +35,7 @@ def _halves_f16(reg):
 
 
 def _mxfp4_asm(words0, words1, scale_bytes):
-    mult = (scale_bytes.astype(np.uint64) << 7) | (scale_bytes.astype(np.uint64) << 23)
+    mult = scale_bytes.astype(np.uint64) * 0x800080  # as mxfp4.decode_chunk builds it
     tables = [t & 0xFFFFFFFF for t in (gmx.HI_TABLE_0.value, gmx.HI_TABLE_1.value, gmx.LO_TABLE_0.value,
                                       gmx.LO_TABLE_1.value)]
     inputs = {8: words0, 9: words1, 10: mult, 11: mult}
@@ -57,6 +57,33 @@ def test_mxfp4_decoder_gives_each_byte_as_one_bf16_pair_exactly():
             code = torch.from_numpy(((codes[:, b] >> np.uint64(4 * nib)) & np.uint64(0xF)).astype(np.int64))
             want = (e2m1_decode(code).double() * scale).to(torch.bfloat16).float()
             assert torch.equal(got, want), f"byte {b} nibble {nib}"
+
+
+def test_mxfp4_decoder_is_exact_for_every_code_byte_and_finite_scale():
+    """All 256 code bytes under every E8M0 byte the quantizer writes but 0 (1..254): each value's
+    bf16 bits (signed zeros, and infinity where 2, 3, 4 or 6 times 2**127 overflows, included)
+    are those of the exactly scaled E2M1 value rounded to bf16."""
+    words = np.arange(256, dtype=np.uint64).reshape(32, 8)  # word-pair i holds bytes 8i .. 8i+7
+    w0 = words[:, 0] | (words[:, 1] << 8) | (words[:, 2] << 16) | (words[:, 3] << 24)
+    w1 = words[:, 4] | (words[:, 5] << 8) | (words[:, 6] << 16) | (words[:, 7] << 24)
+    scales = np.arange(1, 255, dtype=np.uint64)
+    w0, w1, sc = (np.broadcast_to(a, (scales.size, 32)).ravel() for a in (w0[None], w1[None], scales[:, None]))
+    regs = _mxfp4_asm(w0, w1, sc)
+    scale = torch.exp2(torch.from_numpy(sc.astype(np.float64)) - 127)
+    for b in range(8):
+        byte = torch.from_numpy(((w0, w1)[b // 4] >> np.uint64(8 * (b % 4))) & np.uint64(0xFF)).long()
+        for nib in range(2):
+            want = (e2m1_decode((byte >> (4 * nib)) & 15).double() * scale).to(torch.bfloat16).view(torch.int16)
+            got = torch.from_numpy(((regs[b] >> np.uint64(16 * nib)) & np.uint64(0xFFFF)).astype(np.int32)).to(torch.int16)
+            assert torch.equal(got, want), f"byte {b} nibble {nib}"
+
+
+def test_mxfp4_scale_load_zero_extends_the_byte_or_gives_127():
+    memory = np.arange(256, dtype=np.uint8)[::-1].copy()
+    addr = np.arange(256, dtype=np.uint64)
+    for ok in (0, 1):
+        got = ptx_subset.run(gmx.SCALE_LOAD_ASM.value, {1: addr, 2: np.full(256, ok, dtype=np.uint64)}, 1, memory)[0]
+        assert np.array_equal(got, memory.astype(np.uint64) if ok else np.full(256, 127, dtype=np.uint64)), ok
 
 
 def test_mxfp4_decoder_scale_edges():

@@ -1,8 +1,14 @@
 """GPU time of Hopper-kernel variants against the shipped one, same inputs, same run.
 
-``python bench/studies/hopper_variants.py OUTDIR MODULE [MODULE ...]``: each MODULE is a module
-name under ``mixmla.kernels.gluon`` defining ``mla_decode_hopper_kernel`` with the shipped
-signature (a copy of decode.py with one change). Prints a table, writes OUTDIR/variants.json.
+``python bench/studies/hopper_variants.py OUTDIR MODULE [MODULE ...] [--paged 1,64]``: each MODULE
+is a module name under ``mixmla.kernels.gluon`` defining ``mla_decode_hopper_kernel`` with the
+shipped signature (a copy of decode.py with one change, or a package holding such a copy).
+``--paged`` also times, on the shapes of at least ``PAGED_MIN_TOKENS`` cached tokens, each kernel
+reading the same batch through a block table of shuffled pages of each listed size
+(``mixmla.paged.scatter_to_pages``; rows no request owns decode to NaN). Checks: the strict check
+against the reference where it is affordable, a variant's output bitwise the shipped one's
+(``same``), and a paged output bitwise the same kernel's contiguous one (``paged bits``). Prints a
+table, writes OUTDIR/variants.json.
 """
 
 import importlib
@@ -20,10 +26,12 @@ from mixmla.harness.timing import L2Flusher, gpu_time
 from mixmla.inputs import generate_input
 from mixmla.kernels.gluon import compile as gcompile
 from mixmla.kernels.gluon.launch import HopperDecoder
+from mixmla.paged import scatter_to_pages
 from mixmla.reference import default_sm_scale, mla_decode_reference
 from mixmla.check import check_strict
 
 SHAPES = [(256, 8192), (64, 8192), (32, 1024), (4, 1024)]
+PAGED_MIN_TOKENS = 1 << 19
 
 
 def compile_variant(fn, spec):
@@ -34,37 +42,74 @@ def compile_variant(fn, spec):
                           options={"num_warps": gcompile.NUM_WARPS, "maxnreg": gcompile.MAX_REGISTERS})
 
 
-def main(outdir, modules):
+def _decoder(name, b, fmt, device, paged):
+    dec = HopperDecoder(b, 16, fmt, device, paged=paged)
+    if name != "shipped":
+        mod = importlib.import_module(f"mixmla.kernels.gluon.{name}")
+        dec.kernel = compile_variant(mod.mla_decode_hopper_kernel, dec.spec)
+    return dec
+
+
+def _timed(fn, flusher):
+    fn()
+    torch.cuda.synchronize()
+    return round(gpu_time(fn, flusher, warm_s=0.1, time_cap_s=0.4).median_us, 1)
+
+
+def main(outdir, modules, page_sizes=()):
     os.makedirs(outdir, exist_ok=True)
     flusher = L2Flusher(mode="read")
     rows = []
     for b, l in SHAPES:
         q, kv, qo, kvp, _ = generate_input(b, 1, l, seed=b + l, device="cuda")
-        lse = torch.empty(q.shape[0], 16, device="cuda")
         for fmt in ("fp8", "mxfp4"):
             cache = as_cache(kv[fmt])
             ref = mla_decode_reference(q, cache, kvp, qo)[0] if b * l <= 65536 else None
             row = {"shape": f"{b}x{l}", "fmt": fmt}
+            outs = {}
             for name in ["shipped"] + modules:
-                dec = HopperDecoder(b, 16, fmt, q.device)
-                if name != "shipped":
-                    mod = importlib.import_module(f"mixmla.kernels.gluon.{name}")
-                    dec.kernel = compile_variant(mod.mla_decode_hopper_kernel, dec.spec)
+                dec = _decoder(name, b, fmt, q.device, 0)
                 out = torch.full((q.shape[0], 16, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+                lse = torch.full((q.shape[0], 16), float("nan"), device="cuda")
                 fn = lambda: dec.launch(q, cache, kvp, qo, out, lse, default_sm_scale())  # noqa: E731
-                fn()
-                torch.cuda.synchronize()
-                ok = check_strict(out, ref).passed if ref is not None else "-"
-                row[name] = round(gpu_time(fn, flusher, warm_s=0.1, time_cap_s=0.4).median_us, 1)
-                row[name + " ok"] = ok
+                row[name] = _timed(fn, flusher)
+                row[name + " ok"] = check_strict(out, ref).passed if ref is not None else "-"
+                if name != "shipped":
+                    row[name + " same"] = bool(torch.equal(out.view(torch.int16), outs["shipped"][0].view(torch.int16))
+                                               and torch.equal(lse, outs["shipped"][1]))
+                outs[name] = (out, lse)
+            for page_size in page_sizes if b * l >= PAGED_MIN_TOKENS else ():
+                batch = scatter_to_pages(cache, kvp, page_size, generator=torch.Generator().manual_seed(page_size))
+                pages = batch.block_pages
+                for name in ["shipped"] + modules:
+                    dec = _decoder(name, b, fmt, q.device, 1)
+                    out = torch.full_like(outs[name][0], float("nan"))
+                    lse = torch.full_like(outs[name][1], float("nan"))
+                    fn = lambda: dec.launch(q, batch.cache.rows, pages.seq_lens, qo, out, lse,  # noqa: E731
+                                            default_sm_scale(), table=pages.table, page_size=page_size)
+                    row[f"{name} p{page_size}"] = _timed(fn, flusher)
+                    row[f"{name} p{page_size} bits"] = bool(
+                        torch.equal(out.view(torch.int16), outs[name][0].view(torch.int16))
+                        and torch.equal(lse, outs[name][1]))
+                del batch, pages
             rows.append(row)
             print(row, flush=True)
+        del q, kv
+        torch.cuda.empty_cache()
     json.dump(rows, open(os.path.join(outdir, "variants.json"), "w"), indent=1)
-    cols = list(rows[0])
+    cols = []
+    for r in rows:
+        cols += [c for c in r if c not in cols]
     print("| " + " | ".join(cols) + " |")
     for r in rows:
-        print("| " + " | ".join(str(r[c]) for c in cols) + " |")
+        print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    args = sys.argv[2:]
+    sizes = ()
+    if "--paged" in args:
+        i = args.index("--paged")
+        sizes = tuple(int(x) for x in args[i + 1].split(","))
+        args = args[:i] + args[i + 2:]
+    main(sys.argv[1], args, sizes)

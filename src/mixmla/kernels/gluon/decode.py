@@ -103,7 +103,7 @@ def _tile_rows(FORMAT: gl.constexpr, PAGED: gl.constexpr, first, kv_len, t, live
     and which rows exist; ``page``: the tile's ``paging.tile_pages``."""
     WPT: gl.constexpr = 2 if FORMAT == FMT_MXFP4 else 4
     row, ok = paging.tile_rows(WPT, first, kv_len, t, live, page, num_pages, page_shift, PAGED)
-    return row * kv_stride, row * sc_stride, ok
+    return paging.row_offsets(row, kv_stride, PAGED), paging.row_offsets(row, sc_stride, PAGED), ok
 
 
 @gluon.jit

@@ -74,6 +74,8 @@ def cache_unsupported(cache: KVCache) -> str | None:
         return f"reads fp8 and MXFP4 caches, not {cache.format}"
     if data.data_ptr() % 16 or (data.stride(0) * data.element_size()) % 32:
         return "needs cache rows at a 16-byte aligned address with a row stride that is a multiple of 32 bytes"
+    if data.shape[0] >= 1 << 31:
+        return "counts a paged pool's rows in int32: at most 2**31 - 1 rows"
     return None
 
 

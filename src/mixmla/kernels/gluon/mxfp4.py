@@ -19,6 +19,11 @@ HI_TABLE_1 = gl.constexpr(HOPPER_MXFP4_TABLES[1])
 LO_TABLE_0 = gl.constexpr(HOPPER_MXFP4_TABLES[2])
 LO_TABLE_1 = gl.constexpr(HOPPER_MXFP4_TABLES[3])
 
+#: ``$0`` <- the E8M0 byte at ``$1`` where ``$2`` is nonzero, else 127 (2**0): a byte load that
+#: zero-extends into 32 bits, where a masked ``gl.load`` of uint8 fills a 16-bit register and its
+#: conversion to int32 costs a mask per chunk and row.
+SCALE_LOAD_ASM = gl.constexpr("{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.b32 $0, 127; @p ld.global.u8 $0, [$1]; }")
+
 #: How ``decode_chunk`` relabels the joined outputs (TILE, 8 words, 2, 2, 2) into stored column
 #: order: split the word axis into (lane, word in pair), then order (lane, b4, b2, a, nibble).
 JOIN_SHAPE = gl.constexpr((64, 4, 2, 2, 2, 2))
@@ -27,7 +32,7 @@ JOIN_ORDER = gl.constexpr((0, 1, 5, 4, 3, 2))
 
 @gluon.jit
 def load_chunk(kv_ptr, row_off, sc_ptr, sc_row_off, tok_ok, C: gl.constexpr):
-    """Code words (TILE, 8) int32 and E8M0 block scale bytes (TILE, 2) uint8 of chunk ``C`` (0..8)
+    """Code words (TILE, 8) int32 and E8M0 block scale bytes (TILE, 2) int32 of chunk ``C`` (0..8)
     of the token rows.
 
     kv_ptr: int32 view of the cache; row_off: (TILE,) int64 word offsets of the token rows in
@@ -42,7 +47,9 @@ def load_chunk(kv_ptr, row_off, sc_ptr, sc_row_off, tok_ok, C: gl.constexpr):
     sc_rows = gl.convert_layout(sc_row_off, gl.SliceLayout(1, sc_l), assert_trivial=True)
     sc_ok = gl.convert_layout(tok_ok, gl.SliceLayout(1, sc_l), assert_trivial=True)
     # Left as loaded: anything computed from a load here would wait for it, a tile early.
-    scale = gl.load(sc_ptr + sc_rows[:, None] + (2 * C + blk)[None, :], mask=sc_ok[:, None], other=127)
+    scale = gl.inline_asm_elementwise(SCALE_LOAD_ASM, "=r,l,r", [sc_ptr + sc_rows[:, None] + (2 * C + blk)[None, :],
+                                                              sc_ok[:, None].to(gl.int32)],
+                                      dtype=gl.int32, is_pure=True, pack=1)
     return codes, scale
 
 
@@ -60,8 +67,8 @@ def decode_chunk(codes, scale, tables):
     """bf16 values (TILE, 64), stored column order, of ``load_chunk``'s code words and scale bytes;
     ``tables`` from ``decode_tables``."""
     word_l: gl.constexpr = chunk_word_layout(2)
-    scale = scale.to(gl.int32)
-    mult = gl.reshape(gl.expand_dims((scale << 7) | (scale << 23), 2).broadcast_to([TILE, 2, 4]), [TILE, 8])
+    # bf16x2 bits of 2**(scale - 127) twice: (scale << 7) | (scale << 23) for a byte, one multiply.
+    mult = gl.reshape(gl.expand_dims(scale * 0x800080, 2).broadcast_to([TILE, 2, 4]), [TILE, 8])
     mult = gl.convert_layout(mult, word_l, assert_trivial=True)
     x0, x1, x2, x3, x4, x5, x6, x7 = gl.inline_asm_elementwise(
         DECODE_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r,r,r", [codes, mult, tables[0], tables[1], tables[2], tables[3]],

@@ -75,11 +75,22 @@ def tile_pages(FORMAT_WORDS: gl.constexpr, pages, first, kv_len, t, live, page_s
 @gluon.jit
 def tile_rows(FORMAT_WORDS: gl.constexpr, first, kv_len, t, live, page, num_pages, page_shift,
               PAGED: gl.constexpr):
-    """``(rows, ok)``: the cache rows (TILE,) int64 of tile ``t`` (``page``: its ``tile_pages``)
-    and which of them exist."""
+    """``(rows, ok)``: the cache rows (TILE,) of tile ``t`` (``page``: its ``tile_pages``) and which
+    of them exist; int64 when contiguous, int32 when paged (the pool's rows are counted in int32:
+    ``launch.cache_unsupported`` keeps them below 2**31), for ``row_offsets``."""
     pos, ok = _positions(FORMAT_WORDS, kv_len, t, live)
     if PAGED == PAGED_NONE:
         return (first + pos).to(gl.int64), ok
     else:
-        ok = ok & (page >= 0) & (page < num_pages)
-        return (page.to(gl.int64) << page_shift) + (pos & ((1 << page_shift) - 1)), ok
+        # One unsigned compare covers both ends: a negative entry reads as a huge page.
+        ok = ok & (page.to(gl.uint32, bitcast=True) < num_pages.to(gl.uint32, bitcast=True))
+        return (page << page_shift) | (pos & ((1 << page_shift) - 1)), ok
+
+
+@gluon.jit
+def row_offsets(rows, stride, PAGED: gl.constexpr):
+    """int64 offsets ``rows * stride`` of ``tile_rows``'s rows for an int32 row stride."""
+    if PAGED == PAGED_NONE:
+        return rows * stride
+    else:
+        return rows.to(gl.int64) * stride

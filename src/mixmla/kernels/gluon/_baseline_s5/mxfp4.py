@@ -1,0 +1,73 @@
+"""MXFP4 chunks for the Hopper kernel: load a chunk's code words and scales, decode to bf16.
+
+A chunk is 64 consecutive key columns of 64 tokens: 32 bytes (two E2M1 codes each, low nibble
+first) and two E8M0 scale bytes per token. Thread q of a row loads code words ``2q, 2q+1`` (one
+8-byte load, ``chunk_word_layout(2)``) and the scale of their block. ``decode_chunk`` returns the
+values in stored column order, each bf16x2 register holding the two values of one byte, which is
+what the wgmma operand and the 16-byte shared-memory stores of the value tile take as they are.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from ...ptx import HOPPER_MXFP4_TABLES, HOPPER_MXFP4_TO_BF16X2
+from ..layouts import TILE, chunk_word_layout, mxfp4_scale_layout
+
+DECODE_ASM = gl.constexpr(HOPPER_MXFP4_TO_BF16X2)
+HI_TABLE_0 = gl.constexpr(HOPPER_MXFP4_TABLES[0])
+HI_TABLE_1 = gl.constexpr(HOPPER_MXFP4_TABLES[1])
+LO_TABLE_0 = gl.constexpr(HOPPER_MXFP4_TABLES[2])
+LO_TABLE_1 = gl.constexpr(HOPPER_MXFP4_TABLES[3])
+
+#: How ``decode_chunk`` relabels the joined outputs (TILE, 8 words, 2, 2, 2) into stored column
+#: order: split the word axis into (lane, word in pair), then order (lane, b4, b2, a, nibble).
+JOIN_SHAPE = gl.constexpr((64, 4, 2, 2, 2, 2))
+JOIN_ORDER = gl.constexpr((0, 1, 5, 4, 3, 2))
+
+
+@gluon.jit
+def load_chunk(kv_ptr, row_off, sc_ptr, sc_row_off, tok_ok, C: gl.constexpr):
+    """Code words (TILE, 8) int32 and E8M0 block scale bytes (TILE, 2) uint8 of chunk ``C`` (0..8)
+    of the token rows.
+
+    kv_ptr: int32 view of the cache; row_off: (TILE,) int64 word offsets of the token rows in
+    ``SliceLayout(1, chunk_word_layout(2))``; sc_ptr/sc_row_off: E8M0 bytes and byte offsets of the
+    scale rows (same layout); tok_ok: (TILE,) int1 rows to load (others: zero codes, scale 1).
+    """
+    word_l: gl.constexpr = chunk_word_layout(2)
+    sc_l: gl.constexpr = gl.SliceLayout(2, mxfp4_scale_layout())
+    cols = gl.arange(0, 8, layout=gl.SliceLayout(0, word_l))
+    codes = gl.load(kv_ptr + row_off[:, None] + (8 * C + cols)[None, :], mask=tok_ok[:, None], other=0)
+    blk = gl.arange(0, 2, layout=gl.SliceLayout(0, sc_l))
+    sc_rows = gl.convert_layout(sc_row_off, gl.SliceLayout(1, sc_l), assert_trivial=True)
+    sc_ok = gl.convert_layout(tok_ok, gl.SliceLayout(1, sc_l), assert_trivial=True)
+    # Left as loaded: anything computed from a load here would wait for it, a tile early.
+    scale = gl.load(sc_ptr + sc_rows[:, None] + (2 * C + blk)[None, :], mask=sc_ok[:, None], other=127)
+    return codes, scale
+
+
+@gluon.jit
+def decode_tables(zero):
+    """The magnitude tables of ``DECODE_ASM`` as (TILE, 8) int32 tensors, made from ``zero``
+    (an int32 0 the compiler cannot see through, so they live in ordinary registers)."""
+    word_l: gl.constexpr = chunk_word_layout(2)
+    base = gl.full([TILE, 8], 0, gl.int32, word_l) + zero
+    return base + HI_TABLE_0, base + HI_TABLE_1, base + LO_TABLE_0, base + LO_TABLE_1
+
+
+@gluon.jit
+def decode_chunk(codes, scale, tables):
+    """bf16 values (TILE, 64), stored column order, of ``load_chunk``'s code words and scale bytes;
+    ``tables`` from ``decode_tables``."""
+    word_l: gl.constexpr = chunk_word_layout(2)
+    scale = scale.to(gl.int32)
+    mult = gl.reshape(gl.expand_dims((scale << 7) | (scale << 23), 2).broadcast_to([TILE, 2, 4]), [TILE, 8])
+    mult = gl.convert_layout(mult, word_l, assert_trivial=True)
+    x0, x1, x2, x3, x4, x5, x6, x7 = gl.inline_asm_elementwise(
+        DECODE_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r,r,r", [codes, mult, tables[0], tables[1], tables[2], tables[3]],
+        dtype=(gl.bfloat16, ) * 8, is_pure=True, pack=2)
+    # x_b at word 2u + m holds nibble m of byte b of the thread's 8 bytes (u = lane % 4). A join
+    # adds a minor axis, so j[..., w, a, b2, b4] = x_(a + 2 b2 + 4 b4) at word w.
+    j = gl.join(gl.join(gl.join(x0, x1), gl.join(x2, x3)), gl.join(gl.join(x4, x5), gl.join(x6, x7)))
+    j = gl.permute(gl.reshape(j, JOIN_SHAPE.value), JOIN_ORDER.value)
+    return gl.reshape(j, [TILE, 64])

@@ -1,0 +1,85 @@
+"""Where a request's cached tokens are, for the Hopper kernel: contiguous rows or rows of pages.
+
+The same rules as the Triton path's ``kernels/triton/paging.py`` (docs/SPEC.md §4), with the page
+table read one tile earlier than the rows it points at, so that the two dependent loads never
+meet in one tile's critical path. ``PAGED`` (constexpr): 0 contiguous (``kv_indptr`` (batch+1,)
+prefix sums of cache rows); 1 a block table (``kv_indptr`` holds the cached-token counts (batch,),
+``pages`` (batch, max_pages) int32 with row stride ``page_stride``); 2 CSR (counts as for 1,
+``pages`` the page indices, ``page_indptr`` (batch+1,) prefix sums over them). Pages hold
+``1 << page_shift`` tokens. A count beyond the request's pages is cut to them and a page entry
+outside ``[0, num_pages)`` reads nothing, so no value in the tables makes the kernel read outside
+the cache.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from ..layouts import TILE, chunk_word_layout
+
+PAGED_NONE = gl.constexpr(0)
+PAGED_BLOCK_TABLE = gl.constexpr(1)
+PAGED_CSR = gl.constexpr(2)
+
+
+@gluon.jit
+def request_lengths(bi, live_b, kv_indptr, page_indptr, max_pages, page_shift, PAGED: gl.constexpr):
+    """Cached tokens of requests ``bi`` (a vector of request indices; 0 where not ``live_b``),
+    as ``request_tokens`` gives them one at a time."""
+    if PAGED == PAGED_NONE:
+        return gl.load(kv_indptr + bi + 1, mask=live_b, other=0) - gl.load(kv_indptr + bi, mask=live_b, other=0)
+    else:
+        if PAGED == PAGED_CSR:
+            cap = gl.load(page_indptr + bi + 1, mask=live_b, other=0) - gl.load(page_indptr + bi, mask=live_b, other=0)
+        else:
+            cap = gl.full(bi.shape, 0, gl.int32, bi.type.layout) + max_pages
+        return gl.minimum(gl.maximum(gl.load(kv_indptr + bi, mask=live_b, other=0), 0), cap << page_shift)
+
+
+@gluon.jit
+def request_tokens(b, kv_indptr, page_indptr, page_stride, max_pages, page_shift, PAGED: gl.constexpr):
+    """``(first, kv_len)`` of request ``b``: its first cache row (contiguous, int32) or the offset
+    of its first entry in the page table (paged, int64); its cached tokens, int32."""
+    if PAGED == PAGED_NONE:
+        first = gl.load(kv_indptr + b)
+        return first, gl.load(kv_indptr + b + 1) - first
+    else:
+        if PAGED == PAGED_CSR:
+            first = gl.load(page_indptr + b)
+            cap = gl.load(page_indptr + b + 1) - first
+            first = first.to(gl.int64)
+        else:
+            first = b.to(gl.int64) * page_stride
+            cap = max_pages
+        return first, gl.minimum(gl.maximum(gl.load(kv_indptr + b), 0), cap << page_shift)
+
+
+@gluon.jit
+def _positions(FORMAT_WORDS: gl.constexpr, kv_len, t, live):
+    row_l: gl.constexpr = gl.SliceLayout(1, chunk_word_layout(FORMAT_WORDS))
+    pos = t * TILE + gl.arange(0, TILE, layout=row_l)
+    return pos, (pos < kv_len) & live
+
+
+@gluon.jit
+def tile_pages(FORMAT_WORDS: gl.constexpr, pages, first, kv_len, t, live, page_shift, PAGED: gl.constexpr):
+    """Page-table entries (TILE,) int32 of tile ``t``'s token positions (-1 where no token); a
+    placeholder when contiguous. FORMAT_WORDS: 32-bit words per thread of a chunk row (the row
+    layout of ``chunk_word_layout``)."""
+    pos, ok = _positions(FORMAT_WORDS, kv_len, t, live)
+    if PAGED == PAGED_NONE:
+        return gl.zeros_like(pos)
+    else:
+        return gl.load(pages + first + (pos >> page_shift), mask=ok, other=-1)
+
+
+@gluon.jit
+def tile_rows(FORMAT_WORDS: gl.constexpr, first, kv_len, t, live, page, num_pages, page_shift,
+              PAGED: gl.constexpr):
+    """``(rows, ok)``: the cache rows (TILE,) int64 of tile ``t`` (``page``: its ``tile_pages``)
+    and which of them exist."""
+    pos, ok = _positions(FORMAT_WORDS, kv_len, t, live)
+    if PAGED == PAGED_NONE:
+        return (first + pos).to(gl.int64), ok
+    else:
+        ok = ok & (page >= 0) & (page < num_pages)
+        return (page.to(gl.int64) << page_shift) + (pos & ((1 << page_shift) - 1)), ok
