@@ -113,10 +113,12 @@ def append_kv(cache, kv: torch.Tensor, slot_mapping: torch.Tensor, *, check: boo
     launch_append(rows, num_slots, kv, slot_mapping)
 
 
-def launch_append(rows, num_slots: int, kv: torch.Tensor, slot_mapping: torch.Tensor, num_warps: int = 4) -> None:
+def launch_append(rows, num_slots: int, kv: torch.Tensor, slot_mapping: torch.Tensor,
+                  num_warps: int | None = None) -> None:
     """Launch the writer on checked arguments: ``rows`` the cache's rows (``cache_rows``) with
     ``num_slots`` of them, ``kv`` (n, 576) bf16, ``slot_mapping`` (n,) int32/int64 on its device;
-    ``num_warps`` per program (one program per token)."""
+    ``num_warps`` per program (one program per token; None: 8 for fp8, whose correctly rounded
+    division is the longest chain and gains from more threads per row, else 4)."""
     if kv.shape[0] == 0:
         return
     from .kernels.triton.append import append_kv_kernel
@@ -131,6 +133,8 @@ def launch_append(rows, num_slots: int, kv: torch.Tensor, slot_mapping: torch.Te
         out, scale, scale_stride = rows.data.view(torch.uint8), rows.scale, 0
     else:
         fmt, out, scale, scale_stride = FMT_MXFP4.value, rows.data, rows.scales, rows.scales.stride(0)
+    if num_warps is None:
+        num_warps = 8 if isinstance(rows, Fp8Cache) else 4
     # bf16 travels as its bits: the kernel widens them to float32 exactly.
     append_kv_kernel[(kv.shape[0],)](kv.view(torch.int16), kv.stride(0), slot_mapping, num_slots, out, out.stride(0), scale,
                                      scale_stride, fmt, num_warps=num_warps)

@@ -23,7 +23,7 @@ import triton
 from triton.compiler import CompiledKernel
 
 from ...formats import VALUE_DIM, Bf16Cache, Fp8Cache, KVCache, Mxfp4Cache
-from ...schedule import Schedule
+from ...schedule import Schedule, device_sm_count
 from .combine import mla_combine_kernel
 from .configs import KernelConfig
 from .decode import mla_decode_kernel
@@ -126,7 +126,8 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
         part_o, part_lse, s.rows_max,
         plan.sm_scale,
         plan.num_heads, s.block_r, config.block_t, fmt, s.direct, write_lse, plan.interpreted,
-        page_size, csr, loop_stages(page_size, config.block_t, config.num_stages),
+        page_size, csr,
+        loop_stages(page_size, config.block_t, config.num_stages, s.num_work * s.row_blocks, device_sm_count(q.device)),
     ), _options(config.num_warps, config.num_stages))
     if s.direct:
         return [decode]

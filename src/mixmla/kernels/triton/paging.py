@@ -40,7 +40,7 @@ def request_tokens(req, kv_indptr, pages, page_stride, page_indptr, max_pages, P
     return first, kv_len
 
 
-def loop_stages(page_size: int, block_t: int, num_stages: int):
+def loop_stages(page_size: int, block_t: int, num_stages: int, programs: int, num_sms: int):
     """``LOOP_STAGES`` of the decode kernel: the token loop's pipeline stages for pages of
     ``page_size`` tokens (0: contiguous) and tiles of ``block_t``, or None to take the launch's
     ``num_stages``.
@@ -51,8 +51,13 @@ def loop_stages(page_size: int, block_t: int, num_stages: int):
     be left fewer buffers than in the contiguous kernel (3 stages: one, so each tile's load waits
     for the work on the previous one). ``2 * num_stages - 1`` stages give the rows the contiguous
     kernel's ``num_stages - 1``. Tiles of 128 tokens are left alone: there the pipeliner does not
-    take the table load, so the rows already get the launch's stages, and more would not fit."""
-    return 2 * num_stages - 1 if page_size % block_t and block_t <= 64 else None
+    take the table load, so the rows already get the launch's stages, and more would not fit.
+
+    Only a grid of at most one program per SM (``programs <= num_sms``) takes the deeper loop: its
+    buffers nearly double the program's shared memory, so where two programs would share an SM
+    they could no longer, and on the H200 losing that overlap cost more than the stages gained."""
+    deeper = page_size % block_t and block_t <= 64 and programs <= num_sms
+    return 2 * num_stages - 1 if deeper else None
 
 
 @triton.jit
