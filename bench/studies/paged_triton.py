@@ -1,10 +1,12 @@
 """GPU time of the Triton decode kernel over shuffled pages against the contiguous layout, in one
 process on the same inputs: each shape and format contiguous, in pages of 1 token and of 64, the
 pages of every request in a seeded random order in the pool (``mixmla.paged.scatter_to_pages``).
-Beside the shipped kernel it times, on the same paged plans, the kernel as it was before the paged
-loop change (``paged_triton_baseline.py``, a copy kept for this study), unless ``--no-baseline``.
+With ``--baseline FILE`` it also times, on the same paged plans, another decode kernel: a module
+file defining ``mla_decode_kernel_baseline`` with the shipped parameters minus the trailing
+``LOOP_STAGES`` (the kernel before PERF step 44: ``git show
+1c07946:bench/studies/paged_triton_baseline.py > old.py``).
 
-    PYTHONPATH=src python bench/studies/paged_triton.py --out DIR [--no-baseline]
+    PYTHONPATH=src python bench/studies/paged_triton.py --out DIR [--baseline old.py]
     PYTHONPATH=src python bench/studies/paged_triton.py --cpu-smoke    # tiny shapes, interpreter
 
 GPU time: ``mixmla.harness.timing.gpu_time`` (median over CUDA-graph replays, each after a 256 MiB
@@ -18,6 +20,7 @@ call, not a measurement) to check the script, not the kernel's speed.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -31,9 +34,6 @@ from mixmla.formats import as_cache
 from mixmla.inputs import generate_input
 from mixmla.kernels.triton import launch as tlaunch
 from mixmla.paged import plan_paged, scatter_to_pages
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from paged_triton_baseline import mla_decode_kernel_baseline  # noqa: E402
 
 #: (batch, cached tokens per request, formats); 16 heads, one query token each.
 GPU_CASES = [
@@ -57,14 +57,22 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
     return err / max(torch.linalg.vector_norm(r).item(), 1e-300) if math.isfinite(err) else math.inf
 
 
-def baseline_runner(pplan, q, paged_batch, out):
+def load_baseline(path: str):
+    """``mla_decode_kernel_baseline`` of the module file ``path``."""
+    spec = importlib.util.spec_from_file_location("paged_triton_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.mla_decode_kernel_baseline
+
+
+def baseline_runner(kernel, pplan, q, paged_batch, out):
     """A callable running ``pplan``'s launches with the baseline decode kernel (through Triton's
     dispatcher; the combine launch, if any, is the shipped one)."""
     launches = tlaunch.launches(pplan._plan.constants, q, paged_batch.cache.rows, None, pplan.qo_indptr, out, None,
                                 pplan.pages)
     decode = launches[0]
     # The baseline kernel takes the same parameters minus the trailing LOOP_STAGES.
-    launches[0] = tlaunch.Launch(mla_decode_kernel_baseline, decode.grid, decode.args[:-1], decode.options)
+    launches[0] = tlaunch.Launch(kernel, decode.grid, decode.args[:-1], decode.options)
 
     def run():
         for one in launches:
@@ -93,7 +101,7 @@ def timer(device: torch.device, quick: bool):
     return time_wall
 
 
-def run_case(b: int, l: int, fmts, device, time_fn, baseline: bool) -> list[dict]:
+def run_case(b: int, l: int, fmts, device, time_fn, baseline) -> list[dict]:
     q, kv, qo, kvp, _ = generate_input(b, 1, l, seed=SEED + b + l, device=device)
     rows = []
     for fmt in fmts:
@@ -112,8 +120,8 @@ def run_case(b: int, l: int, fmts, device, time_fn, baseline: bool) -> list[dict
                                backend="triton")
             out_p = torch.full_like(out_c, float("nan"))
             kernels = [("shipped", lambda: pplan.run(q, batch.cache, out=out_p))]
-            if baseline:
-                kernels.append(("baseline", baseline_runner(pplan, q, batch, out_p)))
+            if baseline is not None:
+                kernels.append(("baseline", baseline_runner(baseline, pplan, q, batch, out_p)))
             for name, fn in kernels:
                 out_p.fill_(float("nan"))
                 t = time_fn(fn)
@@ -140,7 +148,7 @@ def table(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="folder for paged_triton.json (required on the GPU)")
-    ap.add_argument("--no-baseline", action="store_true", help="time only the shipped kernel")
+    ap.add_argument("--baseline", metavar="FILE", help="a module file with mla_decode_kernel_baseline to time too")
     ap.add_argument("--quick", action="store_true", help="fewer replays per timing")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on CPU in Triton's interpreter")
     a = ap.parse_args(argv)
@@ -153,11 +161,12 @@ def main(argv=None) -> int:
             ap.error("--out DIR is required")
         device, cases = torch.device("cuda"), GPU_CASES
     time_fn = timer(device, a.quick)
+    baseline = load_baseline(a.baseline) if a.baseline else None
     t_start = time.time()
     rows = []
     for b, l, fmts in cases:
         t0 = time.time()
-        rows += run_case(b, l, fmts, device, time_fn, not a.no_baseline)
+        rows += run_case(b, l, fmts, device, time_fn, baseline)
         print(f"[{b}x{l} {','.join(fmts)}: {time.time() - t0:.1f}s]", flush=True)
     text = table(rows)
     print(text)
