@@ -44,19 +44,34 @@ from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_column, p_lay
 #: (the kernel has 2 x 4), the register cap of every thread (2 programs x 256 threads x 128 = 64 K),
 #: programs per SM.
 NUM_WARPS = 4
-MAX_REGISTERS = 128
-WORKER_REGISTERS = gl.constexpr(128)
+MAX_REGISTERS = 144
+WORKER_REGISTERS = gl.constexpr(144)
 PROGRAMS_PER_SM = 2
 
 #: Value chunks per warpgroup; warpgroup h owns value chunks HALF_VALUE_CHUNKS * h .. + 3 and key
 #: chunks KEY_LO[h] .. KEY_HI[h] - 1 (the second also the rope chunk).
 HALF_VALUE_CHUNKS = gl.constexpr(4)
+#: Key chunks whose score product may be in flight while the next one decodes (2: 32 registers
+#: of key operands, as shipped; 1: 16, the product waited for before the next decode).
+KEY_DEPTH = gl.constexpr(1)
+#: How many of a warpgroup's chunks of the next tile are loaded after the tile's softmax instead
+#: of right after the same chunk of this tile is decoded.
+LATE_LOADS = gl.constexpr(3)
+
+
+@gluon.jit
+def _pair_sum(p):
+    """(TILE, ROWS) scores-layout values -> (TILE // 2, ROWS): token rows 16w + r and 16w + 8 + r
+    added, which one thread holds (a register bit of ``score_layout``): no data moves."""
+    R: gl.constexpr = p.shape[1]
+    return gl.reshape(gl.sum(gl.reshape(p, [4, 2, 8, R]), axis=1), [TILE // 2, R])
 
 
 @gluon.jit
 def _half(HALF: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr,
           kv_indptr, qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr,
           stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale,
+          u_begin, u_end, total, b_first, b_last, cum_smem,
           q_smem, v_bufs, p_all, red_smem, x_mine, x_other, bars, zero_smem,
           H: gl.constexpr, ROWS: gl.constexpr, FORMAT: gl.constexpr, BLOCK_B: gl.constexpr, C0: gl.constexpr,
           WRITE_LSE: gl.constexpr, PAGED: gl.constexpr):
@@ -70,19 +85,10 @@ def _half(HALF: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc
 
     pid = gl.program_id(0)
     num_programs = gl.num_programs(0)
-    bl: gl.constexpr = gl.BlockedLayout([BLOCK_B // 128], [32], [4], [0])
-    bi = gl.arange(0, BLOCK_B, layout=bl)
-    live_b = bi < batch
-    lens = paging.request_lengths(bi, live_b, kv_indptr, page_indptr, max_pages, page_shift, PAGED)
-    cost = gl.where(live_b, (lens + TILE - 1) // TILE + C0, 0)
-    cum = gl.associative_scan(cost, 0, _add)
-    total = gl.sum(cost, axis=0)
-    u_begin = _range_bound(pid, num_programs, total)
-    u_end = _range_bound(pid + 1, num_programs, total)
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
 
     kscale = 1.0
     tables = ()
-    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     if FORMAT == FMT_FP8:
         kscale = gl.load(fp8_scale_ptr)
     else:
@@ -93,13 +99,11 @@ def _half(HALF: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc
     it = 0  # tiles done by this program so far: the exchange buffers' parity and phase
 
     if u_begin < u_end:
-        b_first = gl.sum((cum <= u_begin).to(gl.int32), axis=0)
-        b_last = gl.sum((cum < u_end).to(gl.int32), axis=0)
         for b in range(b_first, b_last + 1):
-            cum_b = gl.sum(gl.where(bi == b, cum, 0), axis=0)
-            start_b = cum_b - gl.sum(gl.where(bi == b, cost, 0), axis=0)
+            cum_b = gl.sum(cum_smem.index(b).load(one), axis=0)
             first_row, kv_len = paging.request_tokens(b, kv_indptr, page_indptr, page_stride, max_pages, page_shift,
                                                       PAGED)
+            start_b = cum_b - ((kv_len + TILE - 1) // TILE + C0)
             q_lo = gl.load(qo_indptr + b)
             q_len = gl.load(qo_indptr + b + 1) - q_lo
             n_tiles = (kv_len + TILE - 1) // TILE
@@ -123,7 +127,8 @@ def _half(HALF: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc
             row_ok = n < q_len * H
 
             m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(0, acc_l))
-            l_acc = gl.zeros([TILE, ROWS], gl.float32, acc_l)
+            # Row sums, kept as each thread's partial over its two token rows (4 registers, not 8).
+            l_acc = _pair_sum(gl.zeros([TILE, ROWS], gl.float32, acc_l))
             st = gl.zeros([TILE, ROWS], gl.float32, acc_l)
             acc = ()
             for c in gl.static_range(HALF_VALUE_CHUNKS):
@@ -136,14 +141,16 @@ def _half(HALF: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc
                 nxt = ()
                 for i in gl.static_range(C_HI - C_LO):
                     keys = to_key_operand(_decode_chunk(FORMAT, raw[i], tables), ROWS)
-                    nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, C_LO + i), )
+                    if i < C_HI - C_LO - LATE_LOADS:
+                        nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, C_LO + i), )
                     if C_LO + i < VALUE_CHUNKS:
                         v_bufs[i].index(0).store(keys)
                     q_c = q_smem.index(C_LO + i + _opaque_zero(t))
                     st = warpgroup_mma(keys, q_c.permute((1, 0)), st, use_acc=i > 0, is_async=True)
-                    if i > 0:
+                    if KEY_DEPTH == 1:
+                        st = warpgroup_mma_wait(0, deps=(st, ))
+                    elif i > 0:
                         st = warpgroup_mma_wait(1, deps=(st, ))
-                raw = nxt
                 st = warpgroup_mma_wait(0, deps=(st, ))
                 # The partial scores meet: each warpgroup posts its own, then adds the other's.
                 parity = it & 1
@@ -160,7 +167,7 @@ def _half(HALF: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc
                 m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
                 p = gl.exp2(s - m_safe[None, :])
                 alpha = gl.exp2(m_i - m_safe)
-                l_acc = l_acc * alpha[None, :] + p
+                l_acc = l_acc * gl.convert_layout(alpha, gl.SliceLayout(0, l_acc.type.layout))[None, :] + _pair_sum(p)
                 m_i = m_new
                 scaled = ()
                 for c in gl.static_range(HALF_VALUE_CHUNKS):
@@ -172,8 +179,13 @@ def _half(HALF: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc
                 acc = ()
                 for c in gl.static_range(HALF_VALUE_CHUNKS):
                     acc = acc + (warpgroup_mma(v_bufs[c].index(z).permute((1, 0)), p_smem, scaled[c], is_async=True), )
+                # The last chunks of the next tile are loaded only now: their registers are free
+                # through the exchange and the softmax (they still have most of a tile to arrive).
+                for i in gl.static_range(C_HI - C_LO - LATE_LOADS, C_HI - C_LO):
+                    nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, C_LO + i), )
+                raw = nxt
             acc = warpgroup_mma_wait(0, deps=acc)
-            inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))
+            inv_l, lse2 = _finish(m_i, gl.convert_layout(gl.sum(l_acc, axis=0), gl.SliceLayout(0, acc_l)))
             factor = (inv_l * kscale)[None, :]
             tok = (q_lo + n // H).to(gl.int64)
             col0: gl.constexpr = CHUNK * C_LO
@@ -235,16 +247,35 @@ def mla_decode_hopper_kernel(
     one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     zero_smem = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]),
                                           gl.zeros([1], gl.int32, one))
+    # The work split (``decode``'s), once for both partitions: the per-request prefix sums go to
+    # shared memory, so no partition keeps BLOCK_B-long vectors in registers through its loop.
+    pid = gl.program_id(0)
+    num_programs = gl.num_programs(0)
+    bl: gl.constexpr = gl.BlockedLayout([BLOCK_B // 128], [32], [4], [0])
+    bi = gl.arange(0, BLOCK_B, layout=bl)
+    live_b = bi < batch
+    lens = paging.request_lengths(bi, live_b, kv_indptr, page_indptr, max_pages, page_shift, PAGED)
+    cost = gl.where(live_b, (lens + TILE - 1) // TILE + C0, 0)
+    cum = gl.associative_scan(cost, 0, _add)
+    total = gl.sum(cost, axis=0)
+    u_begin = _range_bound(pid, num_programs, total)
+    u_end = _range_bound(pid + 1, num_programs, total)
+    b_first = gl.sum((cum <= u_begin).to(gl.int32), axis=0)
+    b_last = gl.sum((cum < u_end).to(gl.int32), axis=0)
+    flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    cum_smem = gl.allocate_shared_memory(gl.int32, [BLOCK_B], flat, cum)._reinterpret(gl.int32, [BLOCK_B, 1], flat)
     # One literal tuple per partition (adding tuples would turn the constexprs into plain ints).
     gl.warp_specialize([
         (_half, (0, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr, kv_indptr,
                  qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr, stride_ot,
-                 stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale, q_smem,
+                 stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale,
+                 u_begin, u_end, total, b_first, b_last, cum_smem, q_smem,
                  (v_bufs[0], v_bufs[1], v_bufs[2], v_bufs[3]), p0, red0, x0, x1, bars, zero_smem,
                  H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE, PAGED)),
         (_half, (1, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr, kv_indptr,
                  qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr, stride_ot,
-                 stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale, q_smem,
+                 stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale,
+                 u_begin, u_end, total, b_first, b_last, cum_smem, q_smem,
                  (v_bufs[4], v_bufs[5], v_bufs[6], v_bufs[7]), p1, red1, x1, x0, bars, zero_smem,
                  H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE, PAGED)),
     ], [4], [WORKER_REGISTERS])
