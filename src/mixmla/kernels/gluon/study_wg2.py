@@ -44,8 +44,8 @@ from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_column, p_lay
 #: (the kernel has 2 x 4), the register cap of every thread (2 programs x 256 threads x 128 = 64 K),
 #: programs per SM.
 NUM_WARPS = 4
-MAX_REGISTERS = 144
-WORKER_REGISTERS = gl.constexpr(144)
+MAX_REGISTERS = 128
+WORKER_REGISTERS = gl.constexpr(136)
 PROGRAMS_PER_SM = 2
 
 #: Value chunks per warpgroup; warpgroup h owns value chunks HALF_VALUE_CHUNKS * h .. + 3 and key
@@ -57,6 +57,9 @@ KEY_DEPTH = gl.constexpr(1)
 #: How many of a warpgroup's chunks of the next tile are loaded after the tile's softmax instead
 #: of right after the same chunk of this tile is decoded.
 LATE_LOADS = gl.constexpr(3)
+#: The score products of the value chunks read the keys from their stored copy in shared memory
+#: (A operand from shared memory) instead of from the decoded registers.
+KEYS_FROM_SMEM = gl.constexpr(True)
 
 
 @gluon.jit
@@ -72,7 +75,7 @@ def _half(HALF: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc
           kv_indptr, qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr,
           stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale,
           u_begin, u_end, total, b_first, b_last, cum_smem,
-          q_smem, v_bufs, p_all, red_smem, x_mine, x_other, bars, zero_smem,
+          q_smem, v_bufs, p_all, red_smem, x_mine, x_other, bars, l_smem, l_bars, zero_smem,
           H: gl.constexpr, ROWS: gl.constexpr, FORMAT: gl.constexpr, BLOCK_B: gl.constexpr, C0: gl.constexpr,
           WRITE_LSE: gl.constexpr, PAGED: gl.constexpr):
     """One warpgroup's share of a program (``HALF`` 0 or 1): the shipped program's loop over its
@@ -97,6 +100,7 @@ def _half(HALF: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc
     dcol = chunk_column(gl.arange(0, CHUNK, layout=gl.SliceLayout(1, acc_l)))
     r_s = gl.arange(0, TILE, layout=gl.SliceLayout(1, acc_l))
     it = 0  # tiles done by this program so far: the exchange buffers' parity and phase
+    rq = 0  # requests done by this program so far: the row-sum hand-over's phase
 
     if u_begin < u_end:
         for b in range(b_first, b_last + 1):
@@ -139,18 +143,37 @@ def _half(HALF: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc
                                                  num_pages, page_shift, kv_stride, sc_stride)
                 page = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t + 2, t + 2 < t_end, page_shift)
                 nxt = ()
-                for i in gl.static_range(C_HI - C_LO):
-                    keys = to_key_operand(_decode_chunk(FORMAT, raw[i], tables), ROWS)
-                    if i < C_HI - C_LO - LATE_LOADS:
-                        nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, C_LO + i), )
-                    if C_LO + i < VALUE_CHUNKS:
-                        v_bufs[i].index(0).store(keys)
-                    q_c = q_smem.index(C_LO + i + _opaque_zero(t))
-                    st = warpgroup_mma(keys, q_c.permute((1, 0)), st, use_acc=i > 0, is_async=True)
-                    if KEY_DEPTH == 1:
+                if KEYS_FROM_SMEM:
+                    # Value chunks: decoded, stored, and their score products read the stored
+                    # copy (no key registers live past the store; the rope chunk from registers).
+                    for i in gl.static_range(HALF_VALUE_CHUNKS):
+                        v_bufs[i].index(0).store(to_key_operand(_decode_chunk(FORMAT, raw[i], tables), ROWS))
+                        if i < C_HI - C_LO - LATE_LOADS:
+                            nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, C_LO + i), )
+                    fence_async_shared()
+                    z = _opaque_zero(t)
+                    for i in gl.static_range(HALF_VALUE_CHUNKS):
+                        st = warpgroup_mma(v_bufs[i].index(z), q_smem.index(C_LO + i + z).permute((1, 0)), st,
+                                           use_acc=i > 0, is_async=True)
+                    for i in gl.static_range(HALF_VALUE_CHUNKS, C_HI - C_LO):
+                        keys = to_key_operand(_decode_chunk(FORMAT, raw[i], tables), ROWS)
+                        if i < C_HI - C_LO - LATE_LOADS:
+                            nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, C_LO + i), )
+                        st = warpgroup_mma(keys, q_smem.index(C_LO + i + z).permute((1, 0)), st, is_async=True)
                         st = warpgroup_mma_wait(0, deps=(st, ))
-                    elif i > 0:
-                        st = warpgroup_mma_wait(1, deps=(st, ))
+                else:
+                    for i in gl.static_range(C_HI - C_LO):
+                        keys = to_key_operand(_decode_chunk(FORMAT, raw[i], tables), ROWS)
+                        if i < C_HI - C_LO - LATE_LOADS:
+                            nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, C_LO + i), )
+                        if C_LO + i < VALUE_CHUNKS:
+                            v_bufs[i].index(0).store(keys)
+                        q_c = q_smem.index(C_LO + i + _opaque_zero(t))
+                        st = warpgroup_mma(keys, q_c.permute((1, 0)), st, use_acc=i > 0, is_async=True)
+                        if KEY_DEPTH == 1:
+                            st = warpgroup_mma_wait(0, deps=(st, ))
+                        elif i > 0:
+                            st = warpgroup_mma_wait(1, deps=(st, ))
                 st = warpgroup_mma_wait(0, deps=(st, ))
                 # The partial scores meet: each warpgroup posts its own, then adds the other's.
                 parity = it & 1
@@ -167,7 +190,8 @@ def _half(HALF: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc
                 m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
                 p = gl.exp2(s - m_safe[None, :])
                 alpha = gl.exp2(m_i - m_safe)
-                l_acc = l_acc * gl.convert_layout(alpha, gl.SliceLayout(0, l_acc.type.layout))[None, :] + _pair_sum(p)
+                if HALF == 0:
+                    l_acc = l_acc * gl.convert_layout(alpha, gl.SliceLayout(0, l_acc.type.layout))[None, :] + _pair_sum(p)
                 m_i = m_new
                 scaled = ()
                 for c in gl.static_range(HALF_VALUE_CHUNKS):
@@ -185,7 +209,22 @@ def _half(HALF: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc
                     nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, C_LO + i), )
                 raw = nxt
             acc = warpgroup_mma_wait(0, deps=acc)
-            inv_l, lse2 = _finish(m_i, gl.convert_layout(gl.sum(l_acc, axis=0), gl.SliceLayout(0, acc_l)))
+            # Only the first warpgroup keeps the row sums; it hands 1 / l to the second through
+            # shared memory (one slot, full and empty mbarriers: a request may have no tiles here,
+            # so the exchange of scores does not order consecutive hand-overs).
+            if HALF == 0:
+                inv_l, lse2 = _finish(m_i, gl.convert_layout(gl.sum(l_acc, axis=0), gl.SliceLayout(0, acc_l)))
+                mbarrier.wait(l_bars.index(1), (rq & 1) ^ 1)
+                l_smem.store(inv_l)
+                gl.thread_barrier()
+                mbarrier.arrive(l_bars.index(0))
+            else:
+                mbarrier.wait(l_bars.index(0), rq & 1)
+                inv_l = l_smem.load(gl.SliceLayout(0, acc_l))
+                gl.thread_barrier()
+                mbarrier.arrive(l_bars.index(1))
+                lse2 = inv_l
+            rq += 1
             factor = (inv_l * kscale)[None, :]
             tok = (q_lo + n // H).to(gl.int64)
             col0: gl.constexpr = CHUNK * C_LO
@@ -244,6 +283,10 @@ def mla_decode_hopper_kernel(
     bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(bars.index(i), count=2)
+    l_smem = gl.allocate_shared_memory(gl.float32, [ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    l_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # full, empty
+    for i in gl.static_range(2):
+        mbarrier.init(l_bars.index(i), count=1)
     one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     zero_smem = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]),
                                           gl.zeros([1], gl.int32, one))
@@ -270,12 +313,12 @@ def mla_decode_hopper_kernel(
                  qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr, stride_ot,
                  stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale,
                  u_begin, u_end, total, b_first, b_last, cum_smem, q_smem,
-                 (v_bufs[0], v_bufs[1], v_bufs[2], v_bufs[3]), p0, red0, x0, x1, bars, zero_smem,
+                 (v_bufs[0], v_bufs[1], v_bufs[2], v_bufs[3]), p0, red0, x0, x1, bars, l_smem, l_bars, zero_smem,
                  H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE, PAGED)),
         (_half, (1, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr, kv_indptr,
                  qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr, stride_ot,
                  stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale,
                  u_begin, u_end, total, b_first, b_last, cum_smem, q_smem,
-                 (v_bufs[4], v_bufs[5], v_bufs[6], v_bufs[7]), p1, red1, x1, x0, bars, zero_smem,
+                 (v_bufs[4], v_bufs[5], v_bufs[6], v_bufs[7]), p1, red1, x1, x0, bars, l_smem, l_bars, zero_smem,
                  H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE, PAGED)),
     ], [4], [WORKER_REGISTERS])
