@@ -2,7 +2,8 @@
 
 ``python bench/studies/hopper_variants.py OUTDIR MODULE [MODULE ...] [--paged 1,64]``: each MODULE
 is a module name under ``mixmla.kernels.gluon`` defining ``mla_decode_hopper_kernel`` with the
-shipped signature (a copy of decode.py with one change, or a package holding such a copy).
+shipped signature (a copy of decode.py with one change, or a package holding such a copy); it may
+declare NUM_WARPS, MAX_REGISTERS and PROGRAMS_PER_SM for its compile and grid (``_decoder``).
 ``--paged`` also times, on the shapes of at least ``PAGED_MIN_TOKENS`` cached tokens, each kernel
 reading the same batch through a block table of shuffled pages of each listed size
 (``mixmla.paged.scatter_to_pages``; rows no request owns decode to NaN). Checks: the strict check
@@ -25,7 +26,7 @@ from mixmla.formats import as_cache
 from mixmla.harness.timing import L2Flusher, gpu_time
 from mixmla.inputs import generate_input
 from mixmla.kernels.gluon import compile as gcompile
-from mixmla.kernels.gluon.launch import HopperDecoder
+from mixmla.kernels.gluon.launch import PROGRAMS_PER_SM, HopperDecoder
 from mixmla.paged import scatter_to_pages
 from mixmla.reference import default_sm_scale, mla_decode_reference
 from mixmla.check import check_strict
@@ -34,19 +35,25 @@ SHAPES = [(256, 8192), (64, 8192), (32, 1024), (4, 1024)]
 PAGED_MIN_TOKENS = 1 << 19
 
 
-def compile_variant(fn, spec):
+def compile_variant(fn, spec, num_warps=gcompile.NUM_WARPS, max_registers=gcompile.MAX_REGISTERS):
     names = list(gcompile.SIGNATURE)
     attrs = {(names.index(n), ): [["tt.divisibility", d]] for n, d in gcompile.DIVISIBILITY.items()}
     src = GluonASTSource(fn, dict(gcompile.SIGNATURE), constexprs=spec.constexprs(), attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": gcompile.NUM_WARPS, "maxnreg": gcompile.MAX_REGISTERS})
+                          options={"num_warps": num_warps, "maxnreg": max_registers})
 
 
 def _decoder(name, b, fmt, device, paged):
-    dec = HopperDecoder(b, 16, fmt, device, paged=paged)
-    if name != "shipped":
-        mod = importlib.import_module(f"mixmla.kernels.gluon.{name}")
-        dec.kernel = compile_variant(mod.mla_decode_hopper_kernel, dec.spec)
+    """A variant module may declare NUM_WARPS (of its default partition: a warp-specialized kernel
+    adds its workers' warps), MAX_REGISTERS and PROGRAMS_PER_SM; otherwise the shipped values."""
+    if name == "shipped":
+        return HopperDecoder(b, 16, fmt, device, paged=paged)
+    mod = importlib.import_module(f"mixmla.kernels.gluon.{name}")
+    per_sm = getattr(mod, "PROGRAMS_PER_SM", PROGRAMS_PER_SM)
+    programs = per_sm * torch.cuda.get_device_properties(device).multi_processor_count
+    dec = HopperDecoder(b, 16, fmt, device, paged=paged, programs=programs)
+    dec.kernel = compile_variant(mod.mla_decode_hopper_kernel, dec.spec, getattr(mod, "NUM_WARPS", gcompile.NUM_WARPS),
+                                 getattr(mod, "MAX_REGISTERS", gcompile.MAX_REGISTERS))
     return dec
 
 
