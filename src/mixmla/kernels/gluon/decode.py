@@ -122,12 +122,11 @@ def _load_tile(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok):
 
 @gluon.jit
 def _stage_query(FORMAT: gl.constexpr, q_smem, q_ptr, stride_qt, stride_qh, q_lo, q_len, H: gl.constexpr,
-                 ROWS: gl.constexpr, C_LO: gl.constexpr = 0, C_HI: gl.constexpr = NUM_CHUNKS):
+                 ROWS: gl.constexpr):
     """Writes the request's query rows (row n = query token n // H, head n % H) into ``q_smem``
     (NUM_CHUNKS, ROWS, CHUNK), columns in ``chunk_column`` order. fp8 caches compute in f16: each
     row is scaled by a power of two that puts its largest magnitude in [2**14, 2**15) (no overflow,
-    11 significant bits). Returns that per-row multiplier (1 for MXFP4), (ROWS,) float32.
-    Only chunks ``C_LO .. C_HI - 1`` are written (the multiplier still covers every column)."""
+    11 significant bits). Returns that per-row multiplier (1 for MXFP4), (ROWS,) float32."""
     ql: gl.constexpr = gl.BlockedLayout([ROWS // 16, 8], [4, 8], [4, 1], [1, 0])
     rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, ql))
     cols = chunk_column(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, ql)))
@@ -142,10 +141,10 @@ def _stage_query(FORMAT: gl.constexpr, q_smem, q_ptr, stride_qt, stride_qh, q_lo
             chunks = chunks + (x, )
         exponent = gl.maximum((amax.to(gl.int32, bitcast=True) >> 23) & 0xFF, 15)
         mult = ((268 - exponent) << 23).to(gl.float32, bitcast=True)
-        for c in gl.static_range(C_LO, C_HI):
+        for c in gl.static_range(NUM_CHUNKS):
             q_smem.index(c).store((chunks[c] * mult[:, None]).to(gl.float16))
     else:
-        for c in gl.static_range(C_LO, C_HI):
+        for c in gl.static_range(NUM_CHUNKS):
             q_smem.index(c).store(gl.load(row_ptr[:, None] + (CHUNK * c + cols)[None, :], mask=ok[:, None], other=0.0))
         mult = gl.full([ROWS], 1.0, gl.float32, gl.SliceLayout(1, ql))
     fence_async_shared()
