@@ -87,28 +87,26 @@ class DecodePlan:
     def _allocate(self, one_call: tuple | None) -> None:
         """The output buffers and the backend's workspace. A plan owns all three, in one
         allocation. A one-call plan (``one_call = (out, lse)``: whether it needs its own output and
-        lse) allocates only the results it returns, and takes the workspace from a buffer shared
-        by the one-call plans of its stream: nothing else can use it between them, since these
-        plans run once, right away, and stream order keeps their launches apart."""
+        lse) allocates only the results it returns, each its own (results that share a storage
+        would alias, which torch's custom operators reject), and takes the workspace from a buffer
+        shared by the one-call plans of its stream: nothing else can use it between them, since
+        these plans run once, right away, and stream order keeps their launches apart."""
         total_q, heads, device = self.total_q, self.num_heads, self.device
-        rows = total_q * heads
-        out_floats = rows * VALUE_DIM // 2  # bf16 values, two per float32 slot
-        need_out, need_lse = (True, True) if one_call is None else one_call
-        lse_at = out_floats if need_out else 0
-        end = _aligned(lse_at + (rows if need_lse else 0))
         work = self._plan.workspace_floats
-        own_work = one_call is None and work > 0
-        buffer = torch.empty(end + (work if own_work else 0), dtype=torch.float32, device=device) if (
-            need_out or need_lse or own_work) else None
-        self.out = buffer.view(torch.bfloat16).as_strided((total_q, heads, VALUE_DIM), (heads * VALUE_DIM, VALUE_DIM, 1)) \
-            if need_out else None
-        self.lse = buffer.as_strided((total_q, heads), (heads, 1), lse_at) if need_lse else None
-        if own_work:
-            self._plan.use_workspace(buffer, end)
-        elif work > 0:
-            self._plan.use_workspace(_one_call_workspace(device, work), 0)
-        else:
-            self._plan.use_workspace(None)
+        if one_call is not None:
+            need_out, need_lse = one_call
+            self.out = torch.empty(total_q, heads, VALUE_DIM, dtype=torch.bfloat16, device=device) if need_out \
+                else None
+            self.lse = torch.empty(total_q, heads, dtype=torch.float32, device=device) if need_lse else None
+            self._plan.use_workspace(_one_call_workspace(device, work) if work else None)
+            return
+        rows = total_q * heads
+        lse_at = rows * VALUE_DIM // 2  # after the bf16 output, two values per float32 slot
+        work_at = _aligned(lse_at + rows)
+        buffer = torch.empty(work_at + work, dtype=torch.float32, device=device)
+        self.out = buffer.view(torch.bfloat16).as_strided((total_q, heads, VALUE_DIM), (heads * VALUE_DIM, VALUE_DIM, 1))
+        self.lse = buffer.as_strided((total_q, heads), (heads, 1), lse_at)
+        self._plan.use_workspace(buffer if work else None, work_at)
 
     @property
     def config(self):
