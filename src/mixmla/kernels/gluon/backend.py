@@ -101,8 +101,7 @@ class GluonBackend(Backend):
         """Whether 'auto' should pick this backend for ``layout`` (measured faster there)."""
         # Paged layouts follow the contiguous rule: the kernel reads a tile's page entries one tile
         # ahead, so a page table adds address arithmetic, not a dependent load in the tile's path.
-        # The size first: it is one comparison, and decides most plans.
-        return layout.total_kv >= AUTO_MIN_TOKENS and self.unsupported(layout) is None
+        return self.unsupported(layout) is None and layout.total_kv >= AUTO_MIN_TOKENS
 
 
 BACKEND = GluonBackend()
