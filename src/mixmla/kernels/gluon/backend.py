@@ -99,8 +99,8 @@ class GluonBackend(Backend):
 
     def preferred(self, layout: Layout) -> bool:
         """Whether 'auto' should pick this backend for ``layout`` (measured faster there)."""
-        # Paged layouts follow the contiguous rule: paged, this kernel stays within 2-24% of its
-        # contiguous time, still ahead of the Triton kernels there (docs/PERF.md, step 43).
+        # Paged layouts follow the contiguous rule: paged reads cost this kernel less than the gap
+        # to the Triton kernels on those layouts (docs/PERF.md, step 43).
         return self.unsupported(layout) is None and layout.total_kv >= AUTO_MIN_TOKENS
 
 
