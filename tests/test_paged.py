@@ -162,6 +162,23 @@ def test_unchecked_run_skips_pages_outside_the_pool(entry):
     assert result, result.message
 
 
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_unchecked_run_skips_wide_int64_entries(page_size):
+    """An int64 page entry past 2**31 lies outside the pool whatever its low 32 bits say (here
+    they name a page of the pool): its tokens are not seen, on the gathered and the whole-tile path."""
+    q, paged, _ = batch("bf16", [page_size + 4, 3], [1, 1], page_size, seed=7)
+    table = paged.block_table.to(torch.int64)
+    good_page = int(table[0, 1])
+    p = mixmla.plan_paged(table, paged.seq_lens, page_size)
+    table[0, 0] = (1 << 32) + good_page
+    out = p.run(q, paged.cache)
+    rows = torch.arange(good_page * page_size, good_page * page_size + 4, device=DEVICE)
+    seen = mixmla.Bf16Cache(paged.cache.rows.data[rows])
+    ref, _ = mixmla.mla_decode_reference(q[:1], seen, indptr([4]))
+    result = check_strict(out[:1], ref)
+    assert result, result.message
+
+
 @pytest.mark.parametrize("what,named", [
     ("index past the pool", r"kv_indices\[\d+\]"),
     ("indptr past the indices", "kv_indptr ends"),

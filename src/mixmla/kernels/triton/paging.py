@@ -62,7 +62,7 @@ def loop_stages(page_size: int, block_t: int, num_stages: int, programs: int, nu
 
 @triton.jit
 def tile_pages(first, t0, t_end, pages, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr):
-    """The page-table entry (int32 scalar) of the tile of token positions ``t0 .. t0 + BLOCK_T``
+    """The page-table entry (int64 scalar: a wide entry must not wrap into the pool) of the tile of token positions ``t0 .. t0 + BLOCK_T``
     (t0 a multiple of BLOCK_T) when pages hold whole tiles, for ``token_rows``; none (0) when the
     tile starts at or past ``t_end``, when contiguous, and when pages are smaller than a tile
     (``token_rows`` gathers their entries with the rows; see ``loop_stages``).
@@ -70,9 +70,9 @@ def tile_pages(first, t0, t_end, pages, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.con
     The decode loop reads the next tile's entry while it works on this one, so the row loads never
     wait on the table load of the same step."""
     if PAGE_SIZE == 0 or PAGE_SIZE % BLOCK_T != 0:
-        return tl.zeros((), tl.int32)
+        return tl.zeros((), tl.int64)
     else:
-        return tl.load(pages + first + t0 // PAGE_SIZE, mask=t0 < t_end, other=0).to(tl.int32)
+        return tl.load(pages + first + t0 // PAGE_SIZE, mask=t0 < t_end, other=0).to(tl.int64)
 
 
 @triton.jit
@@ -90,7 +90,7 @@ def token_rows(first, t0, tok_ok, page, pages, num_pages, PAGE_SIZE: tl.constexp
         return first + pos, tok_ok
     elif PAGE_SIZE % BLOCK_T == 0:
         ok = tok_ok & (page >= 0) & (page < num_pages)
-        return page.to(tl.int64) * PAGE_SIZE + (t0 % PAGE_SIZE) + tl.arange(0, BLOCK_T), ok
+        return page * PAGE_SIZE + (t0 % PAGE_SIZE) + tl.arange(0, BLOCK_T), ok
     else:
         entry = tl.load(pages + first + pos // PAGE_SIZE, mask=tok_ok, other=0).to(tl.int64)
         ok = tok_ok & (entry >= 0) & (entry < num_pages)
