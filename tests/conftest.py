@@ -8,6 +8,9 @@ Triton's interpreter on a machine without a CUDA GPU (``mixmla.interpreter``). T
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 import torch
 
@@ -32,6 +35,14 @@ def poisoned_out(total_q: int, num_heads: int, device=DEVICE) -> torch.Tensor:
     """An output buffer (total_q, H, 512) bf16 filled with NaN, so an element a kernel leaves
     unwritten fails the strict check."""
     return torch.full((total_q, num_heads, 512), float("nan"), dtype=torch.bfloat16, device=device)
+
+
+def stand_in_gluon_backend(monkeypatch, backend) -> None:
+    """Make ``backend`` what the backend registry loads as the Gluon backend for this test (its
+    module in ``sys.modules``, as ``kernels.backend`` looks it up there first)."""
+    module = types.ModuleType("mixmla.kernels.gluon.backend")
+    module.BACKEND = backend
+    monkeypatch.setitem(sys.modules, "mixmla.kernels.gluon.backend", module)
 
 
 def compile_in_child(script: str, cases: list) -> list[dict]:

@@ -6,8 +6,6 @@ or absent backend is a clear ValueError before anything is launched, and a backe
 from __future__ import annotations
 
 import importlib.util
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -21,7 +19,7 @@ from mixmla.inputs import generate_input
 from mixmla.kernels.backend import Backend, BackendPlan, Layout
 from mixmla.reference import mla_decode_reference
 
-from conftest import DEVICE, indptr, poisoned_out
+from conftest import DEVICE, indptr, poisoned_out, stand_in_gluon_backend
 
 GLUON_PRESENT = importlib.util.find_spec("mixmla.kernels.gluon") is not None and \
     importlib.util.find_spec("mixmla.kernels.gluon.backend") is not None
@@ -93,9 +91,7 @@ class _RecordingBackend(Backend):
 @pytest.fixture
 def recording_backend(monkeypatch):
     backend = _RecordingBackend()
-    module = types.ModuleType("mixmla.kernels.gluon.backend")
-    module.BACKEND = backend
-    monkeypatch.setitem(sys.modules, "mixmla.kernels.gluon.backend", module)
+    stand_in_gluon_backend(monkeypatch, backend)
     return backend
 
 

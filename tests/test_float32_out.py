@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import types
 
 import pytest
 import torch
@@ -23,7 +22,7 @@ from mixmla.check import check_strict
 from mixmla.kernels.backend import Backend, BackendPlan
 from mixmla.reference import mla_decode_reference
 
-from conftest import DEVICE, FORMATS, indptr, poisoned_out
+from conftest import DEVICE, FORMATS, poisoned_out, stand_in_gluon_backend
 from dcp_workers import case_inputs
 
 
@@ -94,9 +93,7 @@ class _Bf16OnlyBackend(Backend):
 @pytest.fixture
 def bf16_only_backend(monkeypatch):
     backend = _Bf16OnlyBackend()
-    module = types.ModuleType("mixmla.kernels.gluon.backend")
-    module.BACKEND = backend
-    monkeypatch.setitem(sys.modules, "mixmla.kernels.gluon.backend", module)
+    stand_in_gluon_backend(monkeypatch, backend)
     return backend
 
 

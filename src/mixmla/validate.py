@@ -131,6 +131,11 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     pa, pb = storage_a.data_ptr(), storage_b.data_ptr()
     if pa + storage_a.nbytes() <= pb or pb + storage_b.nbytes() <= pa:
         return False
+    return _spans_overlap(a, b)
+
+
+def _spans_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the byte ranges two tensors can touch intersect."""
     sa, sb = _byte_span(a), _byte_span(b)
     return sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]
 
@@ -148,8 +153,7 @@ def _overlaps_any(out: torch.Tensor, inputs: Sequence[torch.Tensor]) -> bool:
         start = other.data_ptr()
         if start + other.nbytes() <= lo or hi <= start:
             continue  # disjoint storages (the common case) cannot overlap
-        sa, sb = _byte_span(out), _byte_span(t)
-        if sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]:
+        if _spans_overlap(out, t):
             return True
     return False
 

@@ -58,6 +58,11 @@ class Layout:
         return value
 
     @property
+    def rows_max(self) -> int:
+        """Query rows (Lq * H) of the longest request: what a program's rows must cover."""
+        return self.max_q_len * self.num_heads
+
+    @property
     def total_kv(self) -> int:
         """Cached tokens of the whole batch."""
         value = self.__dict__.get("_total_kv")

@@ -12,7 +12,6 @@ import functools
 
 import torch
 
-from ...formats import Fp8Cache, Mxfp4Cache
 from ..backend import Backend, BackendPlan, Layout
 from . import launch
 
@@ -23,10 +22,6 @@ AUTO_MIN_TOKENS = 262144
 #: A program gets at least this many cost units (64-token tiles plus each request's fixed cost)
 #: when the batch is small, so a request is not cut into more pieces than it has tiles.
 MIN_UNITS_PER_PROGRAM = 4
-
-
-def _rows(layout: Layout) -> int:
-    return layout.max_q_len * layout.num_heads
 
 
 class HopperPlan(BackendPlan):
@@ -89,7 +84,7 @@ class GluonBackend(Backend):
     name = "gluon"
 
     def unsupported(self, layout: Layout) -> str | None:
-        return launch.layout_unsupported(_capability(layout.device), layout.fmt, layout.num_heads, _rows(layout),
+        return launch.layout_unsupported(_capability(layout.device), layout.fmt, layout.num_heads, layout.rows_max,
                                          layout.batch, layout.page_size)
 
     def plan(self, layout: Layout, config=None) -> HopperPlan:

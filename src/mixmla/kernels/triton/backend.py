@@ -42,7 +42,7 @@ class TritonPlan(BackendPlan):
     indptr_dtypes = (torch.int32, torch.int64)  # the kernels load either and widen to int64
 
     def __init__(self, layout: Layout, config: KernelConfig | None):
-        rows_max = layout.max_q_len * layout.num_heads
+        rows_max = layout.rows_max
         self.config = c = config or default_config(layout.fmt, rows_max)
         block_r = block_rows(rows_max)
         row_blocks = -(-rows_max // block_r)

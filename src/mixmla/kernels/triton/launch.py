@@ -105,10 +105,8 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
     """
     s, config = plan.schedule, plan.config
     fmt, kv, kv_stride, scales, scale_stride = cache_arguments(cache)
-    if pages is None:  # the contiguous layout: page_arguments(None, cache)
-        table, page_stride, page_indptr, max_pages, num_pages, page_size, csr = None, 0, None, 0, 0, 0, False
-    else:
-        table, page_stride, page_indptr, max_pages, num_pages, page_size, csr = page_arguments(pages, cache)
+    table, page_stride, page_indptr, max_pages, num_pages, page_size, csr = page_arguments(pages, cache)
+    if pages is not None:
         kv_indptr = pages.seq_lens
     work_req, work_split, work_nsplit, split_indptr = plan.work
     part_o, part_lse = plan.workspace
@@ -127,7 +125,8 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
         plan.sm_scale,
         plan.num_heads, s.block_r, config.block_t, fmt, s.direct, write_lse, plan.interpreted,
         page_size, csr,
-        loop_stages(page_size, config.block_t, config.num_stages, s.num_work * s.row_blocks, device_sm_count(q.device)),
+        loop_stages(page_size, config.block_t, config.num_stages, s.num_work * s.row_blocks,
+                    device_sm_count(q.device)) if page_size else None,
     ), _options(config.num_warps, config.num_stages))
     if s.direct:
         return [decode]
