@@ -1,7 +1,7 @@
 """GPU time of Hopper-kernel variants against the shipped one, same inputs, same run.
 
 ``python bench/studies/hopper_variants.py OUTDIR MODULE [MODULE ...] [--paged 1,64]``: each MODULE
-is a module name under ``mixmla.kernels.gluon`` defining ``mla_decode_hopper_kernel`` with the
+is a module name under ``mixmla.kernels.gluon`` or a ``.py`` path, defining ``mla_decode_hopper_kernel`` with the
 shipped signature (a copy of decode.py with one change, or a package holding such a copy); it may
 declare NUM_WARPS, MAX_REGISTERS and PROGRAMS_PER_SM for its compile and grid (``_decoder``).
 ``--paged`` also times, on the shapes of at least ``PAGED_MIN_TOKENS`` cached tokens, each kernel
@@ -13,6 +13,7 @@ table, writes OUTDIR/variants.json.
 """
 
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -43,12 +44,26 @@ def compile_variant(fn, spec, num_warps=gcompile.NUM_WARPS, max_registers=gcompi
                           options={"num_warps": num_warps, "maxnreg": max_registers})
 
 
+def load_module(name):
+    """A variant: a module name under ``mixmla.kernels.gluon``, or the path of a ``.py`` file."""
+    if name.endswith(".py"):
+        spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(name))[0], name)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    return importlib.import_module(f"mixmla.kernels.gluon.{name}")
+
+
+def _label(name):
+    return os.path.splitext(os.path.basename(name))[0]
+
+
 def _decoder(name, b, fmt, device, paged):
     """A variant module may declare NUM_WARPS (of its default partition: a warp-specialized kernel
     adds its workers' warps), MAX_REGISTERS and PROGRAMS_PER_SM; otherwise the shipped values."""
     if name == "shipped":
         return HopperDecoder(b, 16, fmt, device, paged=paged)
-    mod = importlib.import_module(f"mixmla.kernels.gluon.{name}")
+    mod = load_module(name)
     per_sm = getattr(mod, "PROGRAMS_PER_SM", PROGRAMS_PER_SM)
     programs = per_sm * torch.cuda.get_device_properties(device).multi_processor_count
     dec = HopperDecoder(b, 16, fmt, device, paged=paged, programs=programs)
@@ -79,10 +94,10 @@ def main(outdir, modules, page_sizes=()):
                 out = torch.full((q.shape[0], 16, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
                 lse = torch.full((q.shape[0], 16), float("nan"), device="cuda")
                 fn = lambda: dec.launch(q, cache, kvp, qo, out, lse, default_sm_scale())  # noqa: E731
-                row[name] = _timed(fn, flusher)
-                row[name + " ok"] = check_strict(out, ref).passed if ref is not None else "-"
+                row[_label(name)] = _timed(fn, flusher)
+                row[_label(name) + " ok"] = check_strict(out, ref).passed if ref is not None else "-"
                 if name != "shipped":
-                    row[name + " same"] = bool(torch.equal(out.view(torch.int16), outs["shipped"][0].view(torch.int16))
+                    row[_label(name) + " same"] = bool(torch.equal(out.view(torch.int16), outs["shipped"][0].view(torch.int16))
                                                and torch.equal(lse, outs["shipped"][1]))
                 outs[name] = (out, lse)
             for page_size in page_sizes if b * l >= PAGED_MIN_TOKENS else ():
@@ -94,8 +109,8 @@ def main(outdir, modules, page_sizes=()):
                     lse = torch.full_like(outs[name][1], float("nan"))
                     fn = lambda: dec.launch(q, batch.cache.rows, pages.seq_lens, qo, out, lse,  # noqa: E731
                                             default_sm_scale(), table=pages.table, page_size=page_size)
-                    row[f"{name} p{page_size}"] = _timed(fn, flusher)
-                    row[f"{name} p{page_size} bits"] = bool(
+                    row[f"{_label(name)} p{page_size}"] = _timed(fn, flusher)
+                    row[f"{_label(name)} p{page_size} bits"] = bool(
                         torch.equal(out.view(torch.int16), outs[name][0].view(torch.int16))
                         and torch.equal(lse, outs[name][1]))
                 del batch, pages

@@ -1,0 +1,186 @@
+"""Where a tile's time goes in the Hopper kernel: SM clock cycles per phase of the tile loop.
+
+``PYTHONPATH=src:bench/studies python3 bench/studies/hopper_timeline.py --out OUT [--kernels shipped,var.py]
+[--shapes 256x8192,...] [--compile-only]``
+
+Each kernel (``shipped``: kernels/gluon/decode.py; or a variant's source file, as written by
+``hopper_load_variants.py``) is instrumented by text edits: clock reads between the phases of the
+tile loop, summed per thread over its tiles and written with the tile count and the program's whole
+time to the ``lse`` buffer (float32, (programs, 10, 128); compiled with WRITE_LSE=False). Phases:
+wait for the previous tile's value products; row offsets; the nine chunks (decode, next tile's
+loads, value stores, score products issued); wait for the score products; mask and tile maximum;
+probabilities and rescale; P^T store and fence; value products issued. Per shape and format it
+prints the mean cycles per tile of each phase (thread 0 of each warp, over all programs), the
+program's whole time per tile, and the GPU time of the uninstrumented and instrumented kernel
+(the probes' own cost). ``--compile-only`` compiles on any machine. Writes OUT/timeline.json.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import tempfile
+
+import torch
+
+import mixmla.kernels.gluon.decode as shipped_decode
+from mixmla.kernels.gluon import sass
+from mixmla.kernels.gluon.launch import REQUEST_COST_TILES, ROWS
+from mixmla.kernels.gluon.compile import KernelSpec
+
+from hopper_load_variants import IMPORTS
+from hopper_variants import compile_variant, load_module
+
+PHASES = ["wait values", "rows", "chunks", "wait scores", "max", "exp+rescale", "P store", "value issue"]
+NPROBES = 10
+
+HELPERS = '''
+
+@gluon.jit
+def _clock():
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    return gl.inline_asm_elementwise("mov.u32 $0, %clock;", "=r,r", [gl.full([128], 0, gl.int32, one)],
+                                     dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _zeros():
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    return gl.zeros([128], gl.int32, one)
+
+
+@gluon.jit
+def _store_probes(ptr, pid, probes):
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    i = gl.arange(0, 128, layout=one)
+    for k in gl.static_range(10):
+        gl.store(ptr + (pid * 10 + k) * 128 + i, probes[k].to(gl.float32))
+
+
+@gluon.jit
+def mla_decode_hopper_kernel('''
+
+PROBES = [
+    ("\n\n@gluon.jit\ndef mla_decode_hopper_kernel(", HELPERS),
+    ("    pid = gl.program_id(0)\n",
+     "    pid = gl.program_id(0)\n    c_begin = _clock()\n"
+     "    ph0 = _zeros(); ph1 = _zeros(); ph2 = _zeros(); ph3 = _zeros(); ph4 = _zeros(); ph5 = _zeros()\n"
+     "    ph6 = _zeros(); ph7 = _zeros(); ntl = _zeros()\n"),
+    ("                acc = warpgroup_mma_wait(0, deps=acc)\n                row_off,",
+     "                c0 = _clock()\n                acc = warpgroup_mma_wait(0, deps=acc)\n                c1 = _clock()\n"
+     "                ph0 += c1 - c0\n                ntl += 1\n                row_off,"),
+    ("                nxt = ()\n", "                c2 = _clock()\n                ph1 += c2 - c1\n                nxt = ()\n"),
+    ("                raw = nxt\n                st = warpgroup_mma_wait(0, deps=(st, ))\n",
+     "                raw = nxt\n                c3 = _clock()\n                ph2 += c3 - c2\n"
+     "                st = warpgroup_mma_wait(0, deps=(st, ))\n                c4 = _clock()\n                ph3 += c4 - c3\n"),
+    ("                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))\n",
+     "                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))\n                c5 = _clock()\n"
+     "                ph4 += c5 - c4\n"),
+    ("                z = _opaque_zero(t)\n                p_smem = p_all.index(z)\n",
+     "                c6 = _clock()\n                ph5 += c6 - c5\n                z = _opaque_zero(t)\n"
+     "                p_smem = p_all.index(z)\n"),
+    ("                fence_async_shared()\n                acc = ()\n",
+     "                fence_async_shared()\n                c7 = _clock()\n                ph6 += c7 - c6\n                acc = ()\n"),
+    ("scaled[c], is_async=True), )\n            acc = warpgroup_mma_wait(0, deps=acc)\n",
+     "scaled[c], is_async=True), )\n                ph7 += _clock() - c7\n            acc = warpgroup_mma_wait(0, deps=acc)\n"),
+]
+
+
+def instrumented(src):
+    for a, b in IMPORTS:
+        src = src.replace(a, b)
+    # the prefetch edit of a variant may sit between the loop top and the chunks
+    for a, b in PROBES:
+        assert src.count(a) == 1, a
+        src = src.replace(a, b)
+    return src.rstrip("\n") + ("\n    c_end = _clock()\n"
+                               "    _store_probes(lse_ptr, pid, (ph0, ph1, ph2, ph3, ph4, ph5, ph6, ph7, ntl, c_end - c_begin))\n")
+
+
+def probed_module(kernel):
+    src = open(shipped_decode.__file__ if kernel == "shipped" else kernel).read()
+    d = tempfile.mkdtemp(prefix="timeline_")
+    path = os.path.join(d, "probed_" + os.path.basename(kernel if kernel != "shipped" else "shipped.py"))
+    open(path, "w").write(instrumented(src))
+    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def spec(fmt, batch):
+    return KernelSpec(H=16, ROWS=ROWS, FORMAT=fmt, BLOCK_B=max(128, 1 << max(0, batch - 1).bit_length()),
+                      C0=REQUEST_COST_TILES, WRITE_LSE=False, PAGED=0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench/out"))
+    ap.add_argument("--kernels", default="shipped")
+    ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--shapes", default="256x8192,64x8192,4x1024")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    kernels = a.kernels.split(",")
+    if a.compile_only:
+        for kernel in kernels:
+            mod = probed_module(kernel)
+            for fmt in (1, 2):
+                f = sass.kernel_facts(compile_variant(mod.mla_decode_hopper_kernel, spec(fmt, 256)))
+                print(f"{kernel} format {fmt}: {f.registers} registers, spill {f.spill_bytes} B, loop "
+                      f"{f.loop_instructions} instructions, {f.loop_local} local")
+        return
+    from mixmla.formats import as_cache
+    from mixmla.harness.timing import L2Flusher, gpu_time
+    from mixmla.inputs import generate_input
+    from mixmla.kernels.gluon.launch import HopperDecoder
+    from mixmla.reference import default_sm_scale
+
+    flusher = L2Flusher(mode="read")
+    rows = []
+    for shape in a.shapes.split(","):
+        b, l = (int(x) for x in shape.split("x"))
+        q, kv, qo, kvp, _ = generate_input(b, 1, l, seed=b + l, device="cuda")
+        for name in ("fp8", "mxfp4"):
+            cache = as_cache(kv[name])
+            for kernel in kernels:
+                dec = HopperDecoder(b, 16, name, q.device, write_lse=False)
+                if kernel != "shipped":
+                    dec.kernel = compile_variant(load_module(kernel).mla_decode_hopper_kernel, dec.spec)
+                out = torch.empty(q.shape[0], 16, 512, dtype=torch.bfloat16, device="cuda")
+                plain = lambda: dec.launch(q, cache, kvp, qo, out, None, default_sm_scale())  # noqa: E731
+                plain()
+                torch.cuda.synchronize()
+                t_plain = gpu_time(plain, flusher, warm_s=0.1, time_cap_s=0.4).median_us
+                ref_out = out.clone()
+                probe = torch.zeros(dec.programs, NPROBES, 128, dtype=torch.float32, device="cuda")
+                dec.kernel = compile_variant(probed_module(kernel).mla_decode_hopper_kernel, dec.spec)
+                probed = lambda: dec.launch(q, cache, kvp, qo, out, probe, default_sm_scale())  # noqa: E731
+                probed()
+                torch.cuda.synchronize()
+                t_probed = gpu_time(probed, flusher, warm_s=0.1, time_cap_s=0.4).median_us
+                probe.zero_()
+                flusher.flush()
+                probed()
+                torch.cuda.synchronize()
+                w = probe.double()[:, :, ::32]  # thread 0 of each warp
+                tiles = w[:, 8].sum()
+                per_tile = {ph: round(float(w[:, k].sum() / tiles), 1) for k, ph in enumerate(PHASES)}
+                row = {"kernel": os.path.basename(kernel), "shape": shape, "fmt": name, "plain us": round(t_plain, 1),
+                       "probed us": round(t_probed, 1),
+                       "same output": bool(torch.equal(out.view(torch.int16), ref_out.view(torch.int16))),
+                       **per_tile, "loop": round(sum(per_tile.values()), 1),
+                       "program per tile": round(float(w[:, 9].sum() / tiles), 1)}
+                rows.append(row)
+                print(row, flush=True)
+        del q, kv
+        torch.cuda.empty_cache()
+    json.dump(rows, open(os.path.join(a.out, "timeline.json"), "w"), indent=1)
+    cols = list(rows[0])
+    print("| " + " | ".join(cols) + " |")
+    for r in rows:
+        print("| " + " | ".join(str(r[c]) for c in cols) + " |")
+
+
+if __name__ == "__main__":
+    main()
