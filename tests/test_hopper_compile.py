@@ -26,7 +26,8 @@ for spec in shipped_specs():
     f = kernel_facts(compile_decode(spec))
     out.append({"spec": spec.constexprs(), "registers": f.registers, "spill_bytes": f.spill_bytes,
                 "shared": f.shared, "wgmma": f.wgmma, "loop_instructions": f.loop_instructions,
-                "loop_local": f.loop_local, "loop_hgmma": f.loop_ops["HGMMA"]})
+                "loop_local": f.loop_local, "loop_hgmma": f.loop_ops["HGMMA"],
+                "prefetch": compile_decode(spec).asm["ptx"].count("cp.async.bulk.prefetch.L2.global")})
 print(json.dumps(out))
 """
 
@@ -55,6 +56,13 @@ def test_matrix_products_on_wgmma_in_the_tile_loop(compiled):
     """36 score and 32 value wgmma per tile, all in the tile loop."""
     for k in compiled:
         assert k["wgmma"] == 68 and k["loop_hgmma"] == 68, k
+
+
+def test_cache_rows_are_prefetched_into_l2(compiled):
+    """The tile loop prefetches the rows of the tile after next into L2 (contiguous: one bulk
+    prefetch; paged: one per row); without it the fp8 kernel waits on its loads."""
+    for k in compiled:
+        assert k["prefetch"] >= 1, k
 
 
 def test_no_local_memory_in_the_tile_loop(compiled):

@@ -6,8 +6,8 @@ absolute imports and the edit) and returns their paths; ``hopper_variants.py`` a
 ``hopper_timeline.py`` take such paths as MODULE arguments.
 
 - ``noload``: the next tile's loads masked off (every tile decodes zeros: wrong by design, a bound).
-- ``l2pf``: tile t+2's rows (and MXFP4 scale rows) prefetched into L2 with one bulk prefetch each
-  while tile t runs (contiguous caches), so that tile t+1's register loads hit L2.
+- ``l2pf`` (measured at ``b03fc5a``, then made the shipped kernel's ``paging.prefetch_rows``; that
+  commit's copy of this file has it): tile t+2's rows prefetched into L2 while tile t runs.
 - ``cg``: the raw loads with the ``.cg`` cache modifier (no L1 allocation).
 """
 
@@ -24,29 +24,6 @@ IMPORTS = [
 ]
 
 NEXT_TILE = ("row_off, sc_off, ok = _tile_rows(FORMAT, PAGED, first_row, kv_len, t + 1, t + 1 < t_end, page,")
-
-L2PF_HELPER = '''
-
-@gluon.jit
-def _prefetch_l2(FORMAT: gl.constexpr, kv_ptr, kv_stride, sc_ptr, sc_stride, first, kv_len, t, live):
-    """Thread 0 prefetches tile t's cache rows, thread 32 its MXFP4 scale rows, into L2 (one bulk
-    prefetch each; contiguous rows)."""
-    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    tid = gl.arange(0, 128, layout=one)
-    n = gl.where(live, gl.minimum(kv_len - t * TILE, TILE), 0).to(gl.int64)
-    row0 = (first + t * TILE).to(gl.int64)
-    kv_addr = kv_ptr.to(gl.int64, bitcast=True) + row0 * kv_stride * 4
-    kv_size = n * kv_stride * 4
-    sc_lo = (sc_ptr.to(gl.int64, bitcast=True) + row0 * sc_stride) & -16
-    sc_hi = (sc_ptr.to(gl.int64, bitcast=True) + (row0 + n) * sc_stride) & -16
-    zero = gl.zeros([128], gl.int64, one)
-    addr = gl.where(tid == 32, sc_lo + zero, kv_addr + zero)
-    size = gl.where(tid == 0, kv_size + zero, gl.where((tid == 32) & (FORMAT == FMT_MXFP4), sc_hi - sc_lo + zero, 0))
-    gl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        "=r,l,r", [addr, size.to(gl.int32)], dtype=gl.int32, is_pure=False, pack=1)
-
-'''
 
 CG_HELPER = '''
 
@@ -85,18 +62,6 @@ def variant_sources():
         base = _edit(base, a, b)
     out = {}
     out["noload"] = _edit(base, NEXT_TILE, NEXT_TILE.replace("t + 1 < t_end, page,", "t_end < 0, page,"))
-    s = _edit(base, "\n\n@gluon.jit\ndef _tile_max(", L2PF_HELPER + "\n@gluon.jit\ndef _tile_max(")
-    s = _edit(s, "            q_mult = _stage_query(",
-              "            if PAGED == 0:\n"
-              "                _prefetch_l2(FORMAT, kv_ptr, kv_stride, sc_ptr, sc_stride, first_row, kv_len, t_begin + 1,\n"
-              "                             t_begin + 1 < t_end)\n"
-              "            q_mult = _stage_query(")
-    s = _edit(s, "                nxt = ()\n",
-              "                if PAGED == 0:\n"
-              "                    _prefetch_l2(FORMAT, kv_ptr, kv_stride, sc_ptr, sc_stride, first_row, kv_len, t + 2,\n"
-              "                                 t + 2 < t_end)\n"
-              "                nxt = ()\n")
-    out["l2pf"] = s
     s = _edit(base, "\n\n@gluon.jit\ndef _decode_chunk(", CG_HELPER + "\n@gluon.jit\ndef _decode_chunk(")
     s = _edit(s, "@gluon.jit\ndef _load_chunk(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok, C: gl.constexpr):\n"
               "    if FORMAT == FMT_MXFP4:\n        return mxfp4.load_chunk",

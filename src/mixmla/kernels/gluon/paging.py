@@ -1,8 +1,9 @@
 """Where a request's cached tokens are, for the Hopper kernel: contiguous rows or rows of pages.
 
 The same rules as the Triton path's ``kernels/triton/paging.py`` (docs/SPEC.md §4), with the page
-table read one tile earlier than the rows it points at, so that the two dependent loads never
-meet in one tile's critical path. ``PAGED`` (constexpr): 0 contiguous (``kv_indptr`` (batch+1,)
+table read two tiles earlier than the rows it points at, so that the two dependent loads never
+meet in one tile's critical path and a tile's rows can be prefetched into L2 one tile before they
+are loaded (``prefetch_rows``). ``PAGED`` (constexpr): 0 contiguous (``kv_indptr`` (batch+1,)
 prefix sums of cache rows); 1 a block table (``kv_indptr`` holds the cached-token counts (batch,),
 ``pages`` (batch, max_pages) int32 with row stride ``page_stride``); 2 CSR (counts as for 1,
 ``pages`` the page indices, ``page_indptr`` (batch+1,) prefix sums over them). Pages hold
@@ -94,3 +95,30 @@ def row_offsets(rows, stride, PAGED: gl.constexpr):
         return rows * stride
     else:
         return rows.to(gl.int64) * stride
+
+
+@gluon.jit
+def prefetch_rows(FORMAT_WORDS: gl.constexpr, ptr, first, kv_len, t, live, row_off, ok, row_stride,
+                  ROW_BYTES: gl.constexpr, PAGED: gl.constexpr):
+    """Prefetches tile ``t``'s cache rows into L2 (``cp.async.bulk.prefetch``, no registers, no wait).
+
+    Why: the tile's register loads, issued a tile later, then hit L2, and the shared-memory traffic
+    behind them in the load/store pipeline (the softmax's exchange) waits for L2 instead of DRAM.
+    Contiguous rows: one prefetch of the tile's rows by thread 0 (``first``: the request's first
+    row; ``row_stride`` in 32-bit words). Paged: one prefetch of ``ROW_BYTES`` per row (``row_off``:
+    word offsets from ``tile_rows``/``row_offsets``, ``ok`` which rows exist), by the first of the
+    lanes that hold the row."""
+    if PAGED == PAGED_NONE:
+        one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        tid = gl.arange(0, 128, layout=one)
+        n = gl.where(live, gl.minimum(kv_len - t * TILE, TILE), 0).to(gl.int64)
+        base = ptr + (first + t * TILE).to(gl.int64) * row_stride + gl.zeros([128], gl.int64, one)
+        size = gl.where(tid == 0, n * row_stride * 4, 0).to(gl.int32)
+        gl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r", [base, size], dtype=gl.int32, is_pure=False, pack=1)
+    else:
+        gl.inline_asm_elementwise(
+            "{ .reg .pred p; .reg .u32 ln; mov.u32 ln, %laneid; and.b32 ln, ln, 3; setp.eq.u32 p, ln, 0; "
+            "setp.ne.and.u32 p, $2, 0, p; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r", [ptr + row_off, gl.where(ok, ROW_BYTES, 0)], dtype=gl.int32, is_pure=False, pack=1)
