@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -166,30 +167,80 @@ def _cache_tensors(cache) -> list:
     return [cache.data]
 
 
-def _host_values(tensors: Sequence[torch.Tensor]) -> list:
-    """Copy several small 1-D tensors to the host in one transfer (one sync on a GPU).
+class _Staging(threading.local):
+    """A pinned host buffer per thread that the device values are copied into: a copy into
+    pinned memory is one DMA with no staging through pageable memory, and reusing the buffer
+    saves a host allocation per read. Per thread, so that concurrent reads do not share it."""
 
-    Returns one numpy array per tensor: int64 for integer tensors, float32 for float tensors
-    (their float32 bits travel as int32, so no value goes through a float conversion).
+    buffer: Optional[torch.Tensor] = None  # uint8, pinned
+    array: Optional[np.ndarray] = None  # the numpy view of ``buffer``
+    views: Optional[dict] = None  # (offset, numel, dtype) -> typed view of ``buffer``
+
+
+_STAGING = _Staging()
+
+
+#: Reads of more bytes than this (a whole page table, on an error path) get a buffer of their own
+#: rather than keeping a large pinned one alive.
+_STAGING_KEPT_BYTES = 1 << 20
+
+
+def _staging(nbytes: int) -> _Staging:
+    s = _STAGING if nbytes <= _STAGING_KEPT_BYTES else _Staging()
+    if s.buffer is None or s.buffer.numel() < nbytes:
+        s.buffer = torch.empty(max(4096, 1 << (nbytes - 1).bit_length()), dtype=torch.uint8, pin_memory=True)
+        s.array = s.buffer.numpy()
+        s.views = {}
+    return s
+
+
+def _host_values(tensors: Sequence[torch.Tensor]) -> list:
+    """Copy several small tensors to the host with one wait (one sync on a GPU).
+
+    Returns one flat numpy array per tensor: int64 for integer tensors, float32 for float tensors.
+    On a GPU each tensor is copied as it is (no conversion or concatenation on the device, which
+    would cost kernel launches and allocations) into a reused pinned buffer: every copy but the
+    last is asynchronous, and the last one waits for the stream, which ran them all in order.
     """
     if not tensors:
         return []
     if all(t.device.type == "cpu" for t in tensors):  # nothing to transfer
         return [t.reshape(-1).float().numpy() if t.dtype.is_floating_point else t.reshape(-1).numpy().astype(np.int64)
                 for t in tensors]
-    floats = [t.dtype.is_floating_point for t in tensors]
-    # As integers of one dtype: one concatenation on the device and one copy, no float conversion.
-    parts = [t.reshape(-1).to(torch.float32).view(torch.int32) if f else t.reshape(-1) for t, f in zip(tensors, floats)]
-    common = torch.int64 if any(p.dtype == torch.int64 for p in parts) else torch.int32
-    parts = [p if p.dtype == common else p.to(common) for p in parts]
-    flat = (parts[0] if len(parts) == 1 else torch.cat(parts)).cpu().numpy()
-    out, pos = [], 0
-    for t, is_float in zip(tensors, floats):
-        n = t.numel()
-        vals = flat[pos:pos + n]
-        out.append(vals.astype(np.int32).view(np.float32) if is_float else vals.astype(np.int64))
-        pos += n
+    flat = [t if t.dim() == 1 else t.reshape(-1) for t in tensors]
+    return _staged_values([t if t.dtype in _NUMPY_DTYPES else t.to(torch.float32 if t.dtype.is_floating_point
+                                                                   else torch.int64) for t in flat])
+
+
+def _staged_values(flat: list) -> list:
+    """``_host_values`` of 1-D tensors of ``_NUMPY_DTYPES`` through the staging buffer."""
+    offsets, end = [], 0
+    for t in flat:
+        offsets.append(end)
+        end += -(-t.numel() * t.element_size() // 8) * 8  # 8-byte aligned, so that any dtype can view its slice
+    s = _staging(end)
+    # Asynchronous copies are ordered on the stream of their source's device; with tensors of
+    # several devices every copy waits.
+    one_device = all(t.device == flat[0].device for t in flat)
+    views = s.views
+    if len(views) > 64:
+        views.clear()
+    last = len(flat) - 1
+    for i, (t, off) in enumerate(zip(flat, offsets)):
+        key = (off, t.numel(), t.dtype)
+        dst = views.get(key)
+        if dst is None:
+            dst = views[key] = s.buffer[off:off + t.numel() * t.element_size()].view(t.dtype)
+        dst.copy_(t, non_blocking=one_device and i < last)
+    out = []
+    for t, off in zip(flat, offsets):
+        raw = s.array[off:off + t.numel() * t.element_size()].view(_NUMPY_DTYPES[t.dtype])
+        out.append(raw.copy() if t.dtype.is_floating_point else raw.astype(np.int64))  # copies: the buffer is reused
     return out
+
+
+#: What a device tensor's values are read as; other dtypes are converted on the device first.
+_NUMPY_DTYPES = {torch.int32: np.int32, torch.int64: np.int64, torch.float32: np.float32}
 
 
 # ----------------------------------------------------------------------------------------------

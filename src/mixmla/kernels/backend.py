@@ -98,12 +98,24 @@ class BackendPlan(abc.ABC):
     config: object
     schedule: object
     indptr_dtypes: tuple = (torch.int32,)
+    #: float32 values of device workspace the plan takes from its owner (``use_workspace``), who
+    #: can then allocate it together with the outputs in one allocation.
+    workspace_floats: int = 0
+
+    def use_workspace(self, buffer: torch.Tensor | None, offset: int = 0) -> None:
+        """Take ``buffer[offset:offset + workspace_floats]`` (a float32 device tensor, 256-byte
+        aligned there) as the plan's workspace; None when ``workspace_floats`` is 0. Called once,
+        before the first run. The owner keeps the buffer from being reused by anything else while
+        the plan's launches may run (the plan's lifetime, or stream order for a one-call plan)."""
 
     @abc.abstractmethod
     def run(self, q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor, out: torch.Tensor,
-            lse: torch.Tensor | None) -> None:
+            lse: torch.Tensor | None):
         """Launch the kernels: no host synchronization, no allocation, so that the call can be
-        captured in a CUDA graph.
+        captured in a CUDA graph. Returns None, or a function of no arguments that launches the
+        same kernels on the same tensors again (the caller knows they are the same: equal
+        pointers and layouts) and returns True, or False when it cannot (launch hooks set, another
+        current device): then the caller calls ``run``.
 
         q (total_q, H, 576) bf16 (stride(-1) == 1); cache: the layout's format as a
         ``mixmla.formats`` container; kv_indptr, qo_indptr (batch+1,) of ``indptr_dtypes`` on the
@@ -114,11 +126,11 @@ class BackendPlan(abc.ABC):
         """
 
     def run_paged(self, q: torch.Tensor, cache, pages: PageTable, qo_indptr: torch.Tensor, out: torch.Tensor,
-                  lse: torch.Tensor | None) -> None:
+                  lse: torch.Tensor | None):
         """``run`` for a paged cache (a plan of a layout with ``page_size`` > 0): ``cache`` holds
         the pool's pages as ``num_pages * page_size`` rows, ``pages`` says where each request's
         tokens are. Same rules otherwise (no sync, no allocation). Backends that do not read page
-        tables say so in ``unsupported``."""
+        tables say so in ``unsupported``. Returns what ``run`` returns."""
         raise NotImplementedError(f"{type(self).__name__} does not read paged caches")
 
 

@@ -96,7 +96,8 @@ class GluonBackend(Backend):
         """Whether 'auto' should pick this backend for ``layout`` (measured faster there)."""
         # Paged layouts follow the contiguous rule: paged reads cost this kernel less than the gap
         # to the Triton kernels on those layouts (docs/PERF.md, step 43).
-        return self.unsupported(layout) is None and layout.total_kv >= AUTO_MIN_TOKENS
+        # The size first: it is one comparison, and decides most plans.
+        return layout.total_kv >= AUTO_MIN_TOKENS and self.unsupported(layout) is None
 
 
 BACKEND = GluonBackend()

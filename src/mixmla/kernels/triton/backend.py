@@ -36,6 +36,13 @@ def _schedule_on_device(device: torch.device, nsplit: bytes, rows_max: int, bloc
     return s, tuple(work), launch.signatures(work)
 
 
+@functools.lru_cache(maxsize=16)
+def _unused_workspace(device: torch.device) -> torch.Tensor:
+    """What a direct schedule passes for the partial buffers: the kernels never touch them then
+    (``DIRECT`` is a constexpr), so every such plan on a device shares this one."""
+    return torch.empty(1, dtype=torch.float32, device=device)
+
+
 class TritonPlan(BackendPlan):
     """A layout's schedule, its work items and workspace on the device, and the kernel shape."""
 
@@ -48,39 +55,49 @@ class TritonPlan(BackendPlan):
         row_blocks = -(-rows_max // block_r)
         nsplit = splits_per_request(layout.kv_lens, device_sm_count(layout.device) * c.items_per_sm / row_blocks,
                                     max(c.min_chunk, c.block_t), layout.total_kv)
-        self.schedule, work, work_signatures = _schedule_on_device(layout.device, nsplit.tobytes(), rows_max,
-                                                                   block_r, row_blocks)
+        self.schedule, self._work, self._work_signatures = _schedule_on_device(
+            layout.device, nsplit.tobytes(), rows_max, block_r, row_blocks)
+        self._device, self._sm_scale, self._num_heads = layout.device, layout.sm_scale, layout.num_heads
+        s = self.schedule
+        self.workspace_floats = 0 if s.direct else s.num_work * s.rows_max * (VALUE_DIM + 1)
+
+    def use_workspace(self, buffer: torch.Tensor | None, offset: int = 0) -> None:
         s = self.schedule
         if s.direct:
-            workspace = torch.empty(1, dtype=torch.float32, device=layout.device)
-            part_o = part_lse = workspace
+            part_o = part_lse = _unused_workspace(self._device)
         else:
-            # One allocation for both partial buffers.
-            num_work = work[0].shape[0]
-            rows = num_work * s.rows_max
-            workspace = torch.empty(rows * (VALUE_DIM + 1), dtype=torch.float32, device=layout.device)
-            part_o = workspace.as_strided((num_work, s.rows_max, VALUE_DIM), (s.rows_max * VALUE_DIM, VALUE_DIM, 1))
-            part_lse = workspace.as_strided((num_work, s.rows_max), (s.rows_max, 1), rows * VALUE_DIM)
-        self.constants = launch.PlanConstants(s, work, (part_o, part_lse), layout.sm_scale, layout.num_heads, c,
-                                              INTERPRETED)
+            rows = s.num_work * s.rows_max
+            part_o = buffer.as_strided((s.num_work, s.rows_max, VALUE_DIM), (s.rows_max * VALUE_DIM, VALUE_DIM, 1),
+                                       offset)
+            part_lse = buffer.as_strided((s.num_work, s.rows_max), (s.rows_max, 1), offset + rows * VALUE_DIM)
+        self.constants = launch.PlanConstants(s, self._work, (part_o, part_lse), self._sm_scale, self._num_heads,
+                                              self.config, INTERPRETED)
         # Compiled launches on CUDA, shared by every plan; the interpreter has nothing to compile.
-        self._compiled = launch.SHARED if workspace.is_cuda and not INTERPRETED else None
-        self._key = launch.plan_key(self.constants, work_signatures)
+        self._compiled = launch.SHARED if part_o.is_cuda and not INTERPRETED else None
+        self._key = launch.plan_key(self.constants, self._work_signatures)
 
-    def run(self, q, cache, kv_indptr, qo_indptr, out, lse) -> None:
-        self._launch(q, cache, kv_indptr, qo_indptr, out, lse, None)
+    def run(self, q, cache, kv_indptr, qo_indptr, out, lse):
+        return self._launch(q, cache, kv_indptr, qo_indptr, out, lse, None)
 
-    def run_paged(self, q, cache, pages, qo_indptr, out, lse) -> None:
-        self._launch(q, cache, None, qo_indptr, out, lse, pages)
+    def run_paged(self, q, cache, pages, qo_indptr, out, lse):
+        return self._launch(q, cache, None, qo_indptr, out, lse, pages)
 
-    def _launch(self, q, cache, kv_indptr, qo_indptr, out, lse, pages) -> None:
+    def _launch(self, q, cache, kv_indptr, qo_indptr, out, lse, pages):
         launches = launch.launches(self.constants, q, cache, kv_indptr, qo_indptr, out, lse, pages)
         if self._compiled is None:
             for one in launches:
                 launch.run(one)
-        else:
-            key = launch.call_key(q, cache, kv_indptr, qo_indptr, out, lse, pages)
-            self._compiled.launch(launches, (self._key, key))
+            # The interpreter takes the tensors themselves, so this repeat keeps this call's alive
+            # until the caller drops it.
+            return functools.partial(_run_again, launches)
+        key = launch.call_key(q, cache, kv_indptr, qo_indptr, out, lse, pages)
+        return self._compiled.launch(launches, (self._key, key))
+
+
+def _run_again(launches) -> bool:
+    for one in launches:
+        launch.run(one)
+    return True
 
 
 class TritonBackend(Backend):

@@ -57,6 +57,7 @@ def plan_launches(layout: Layout, config: KernelConfig | None = None, write_lse:
     """The Triton plan of ``layout`` and the launches of one call on CPU tensors shaped as the
     layout says (an e4m3fnuz cache when ``fnuz``; lse written when ``write_lse``)."""
     plan = TritonPlan(layout, config)
+    plan.use_workspace(torch.empty(plan.workspace_floats, dtype=torch.float32) if plan.workspace_floats else None)
     total_q, total_kv, h = int(layout.q_lens.sum()), int(layout.kv_lens.sum()), layout.num_heads
     q = torch.zeros(total_q, h, formats.HEAD_DIM, dtype=torch.bfloat16)
     kv_indptr = torch.from_numpy(np.concatenate([[0], np.cumsum(layout.kv_lens)]).astype(np.int32))

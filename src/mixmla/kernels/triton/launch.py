@@ -16,6 +16,7 @@ one instance, ``SHARED``, serves every plan, so a new plan of a known specializa
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import NamedTuple
 
 import torch
@@ -216,6 +217,47 @@ def launch_compiled(kernel: CompiledKernel, grid: tuple, stream: int, args: tupl
                kernel.packed_metadata, None, None, None, *args)
 
 
+#: ``CudaLauncher.__call__`` of the Triton releases whose launcher ``bound_launch`` calls past it
+#: (whitespace removed): it only allocates the scratch buffers a kernel asks for (none of ours
+#: does) and calls its ``launch`` with the cooperative-grid and PDL flags of the kernel. Any other
+#: source (another Triton) goes through ``__call__``, as ``launch_compiled`` does.
+_KNOWN_LAUNCHER_CALL = (
+    "def__call__(self,gridX,gridY,gridZ,stream,function,*args):defallocate_scratch(size,align,allocator):"
+    "ifsize>0:grid_size=gridX*gridY*gridZalloc_size=grid_size*self.num_ctas*sizealloc_fn=allocator.get()"
+    "returnalloc_fn(alloc_size,align,stream)returnNoneglobal_scratch=allocate_scratch(self.global_scratch_size,"
+    "self.global_scratch_align,_allocation._allocator)profile_scratch=allocate_scratch(self.profile_scratch_size,"
+    "self.profile_scratch_align,_allocation._profile_allocator)self.launch(gridX,gridY,gridZ,stream,function,"
+    "self.launch_cooperative_grid,self.launch_pdl,global_scratch,profile_scratch,*args)")
+
+
+@functools.lru_cache(maxsize=None)
+def launcher_call_is_known(cls: type) -> bool:
+    """Whether ``cls.__call__`` (a compiled kernel's launcher class) is ``_KNOWN_LAUNCHER_CALL``."""
+    try:
+        source = inspect.getsource(cls.__call__)
+    except (OSError, TypeError, AttributeError):
+        return False
+    return "".join(source.split()) == _KNOWN_LAUNCHER_CALL
+
+
+def bound_launch(kernel: CompiledKernel, grid: tuple, args: tuple) -> tuple:
+    """``(fn, grid_x, grid_y, grid_z, rest)`` such that ``fn(grid_x, grid_y, grid_z, stream, *rest)``
+    does what ``launch_compiled(kernel, grid, stream, args)`` does, with fewer Python layers: tensor
+    arguments become their addresses (the launcher takes an int for a pointer, and would otherwise
+    ask each tensor for it), and where the launcher's ``__call__`` is a known one with no scratch
+    to allocate, ``fn`` is the compiled launch function under it. The result holds no tensor."""
+    runner = kernel.run
+    args = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
+    tail = (kernel.packed_metadata, None, None, None) + args
+    gx, gy, gz = grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1
+    direct = (launcher_call_is_known(type(runner)) and getattr(runner, "global_scratch_size", 1) == 0
+              and getattr(runner, "profile_scratch_size", 1) == 0)
+    if direct:
+        return (runner.launch, gx, gy, gz,
+                (kernel.function, runner.launch_cooperative_grid, runner.launch_pdl, None, None) + tail)
+    return runner, gx, gy, gz, (kernel.function,) + tail
+
+
 def _has_hooks(hook) -> bool:
     # Triton 3.6 keeps its launch hooks as a (normally empty) HookChain; older ones used None.
     return hook is not None and bool(getattr(hook, "calls", True))
@@ -237,24 +279,43 @@ class CompiledLaunches:
         self._current_device = current_device
         self._current_stream = current_stream
 
-    def launch(self, launches: list[Launch], key: tuple) -> None:
+    def launch(self, launches: list[Launch], key: tuple):
+        """Launch ``launches`` (their call key ``key``). Returns a function of no arguments that
+        launches the same kernels with the same arguments again, through ``bound_launch``, and
+        returns True, or False without launching when a launch hook is set or the current device
+        changed (then call ``launch`` again); None when these launches were not compiled yet."""
         if self._current_device is None:
             driver = triton.runtime.driver.active
             self._current_device, self._current_stream = driver.get_current_device, driver.get_current_stream
-        runtime = triton.knobs.runtime
-        hooked = _has_hooks(runtime.launch_enter_hook) or _has_hooks(runtime.launch_exit_hook)
         device = self._current_device()
-        kernels = None if hooked else self._kernels.get((device, key))
+        kernels = None if _hooked() else self._kernels.get((device, key))
         if kernels is None:
             compiled = [run(one) for one in launches]
-            if not hooked and all(isinstance(k, CompiledKernel) for k in compiled):
+            if not _hooked() and all(isinstance(k, CompiledKernel) for k in compiled):
                 self._kernels[(device, key)] = compiled
                 if len(self._kernels) > self._capacity:  # dicts keep insertion order: drop the oldest
                     del self._kernels[next(iter(self._kernels))]
-            return
-        stream = self._current_stream(device)
-        for kernel, one in zip(kernels, launches):
-            launch_compiled(kernel, one.grid, stream, one.args)
+            return None
+        bound = [bound_launch(kernel, one.grid, one.args) for kernel, one in zip(kernels, launches)]
+        current_device, current_stream = self._current_device, self._current_stream
+
+        def again() -> bool:
+            if _hooked() or current_device() != device:
+                return False
+            stream = current_stream(device)
+            for fn, gx, gy, gz, rest in bound:
+                fn(gx, gy, gz, stream, *rest)
+            return True
+
+        stream = current_stream(device)
+        for fn, gx, gy, gz, rest in bound:
+            fn(gx, gy, gz, stream, *rest)
+        return again
+
+
+def _hooked() -> bool:
+    runtime = triton.knobs.runtime
+    return _has_hooks(runtime.launch_enter_hook) or _has_hooks(runtime.launch_exit_hook)
 
 
 #: The compiled kernels of every plan.

@@ -1,0 +1,116 @@
+"""The host path of a call: ``run`` repeats the last call's launches only for tensors identical in
+address and layout (and checks everything otherwise), the device values are read through the
+staging buffer intact, one-call decodes share a workspace without mixing results, and the compiled
+launcher is called past ``CudaLauncher.__call__`` only where its source is the known one."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import mixmla
+from mixmla import api, validate
+from mixmla.check import check_strict
+from mixmla.formats import quantize
+from mixmla.reference import mla_decode_reference
+
+from conftest import DEVICE, indptr, poisoned_out
+
+KV_LENS, H = [70, 0, 133], 16
+
+
+def _batch(fmt="bf16", seed=0):
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    kv = torch.randn(sum(KV_LENS), 576, generator=gen, device=DEVICE)
+    q = torch.randn(len(KV_LENS), H, 576, generator=gen, device=DEVICE).to(torch.bfloat16)
+    return q, quantize(kv, fmt)
+
+
+def test_the_installed_triton_launcher_is_the_known_one():
+    """Fails after a Triton upgrade that changed ``CudaLauncher.__call__``: then compiled launches
+    go through ``__call__`` (correct, a few us slower); check what its ``launch`` takes now and
+    update ``launch._KNOWN_LAUNCHER_CALL``."""
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    from mixmla.kernels.triton import launch
+
+    assert launch.launcher_call_is_known(CudaLauncher)
+
+    class Other(CudaLauncher):
+        def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+            self.launch(gridX, gridY, gridZ, stream, function, *args)
+
+    assert not launch.launcher_call_is_known(Other)
+
+
+def test_run_repeats_launches_only_for_identical_tensors(monkeypatch):
+    q, cache = _batch()
+    p = mixmla.plan(indptr(KV_LENS), num_heads=H)
+    out = poisoned_out(q.shape[0], H)
+    checks = []
+    real = validate.check_run_inputs
+    monkeypatch.setattr(validate, "check_run_inputs", lambda *a, **k: checks.append(1) or real(*a, **k))
+    for _ in range(3):
+        p.run(q, cache, out=out)
+    assert len(checks) == 1
+    p.run(q.clone(), cache, out=out)  # another address
+    p.run(q, cache, out=out, return_lse=True)
+    p.run(q, cache)
+    p.run(q, cache, out=out, check=True)
+    assert len(checks) == 5
+    p.run(q, cache, out=out, check=True)  # check=True always checks
+    assert len(checks) == 6
+    # A call the checks reject is rejected every time, whatever ran before.
+    with pytest.raises(ValueError, match="shares memory"):
+        p.run(q, cache, out=cache.data.reshape(-1)[:q.shape[0] * H * 512].view(q.shape[0], H, 512))
+    p.out = poisoned_out(q.shape[0], H)  # the plan's own buffer, replaced: the next run writes the new one
+    p.run(q, cache)
+    ref, _ = mla_decode_reference(q, cache, indptr(KV_LENS), indptr([1] * len(KV_LENS)))
+    result = check_strict(p.out, ref)
+    assert result, result.message
+
+
+def test_a_converted_fp8_scale_is_not_repeated():
+    """An fp8 scale the container converts (float64 -> float32) is a copy that lives for one call:
+    such a call is not repeated from its addresses."""
+    q, cache = _batch("fp8")
+    p = mixmla.plan(indptr(KV_LENS), num_heads=H, fmt="fp8")
+    p.run(q, (cache.data, cache.scale.double()))
+    assert p._memo is None
+    p.run(q, (cache.data, cache.scale))
+    assert p._memo is not None
+
+
+def test_staged_reads_keep_every_value(monkeypatch):
+    """The device path of ``_host_values`` (here over CPU tensors, with an unpinned buffer): values
+    of several dtypes and odd lengths come back exact, twice in a row through the same buffer."""
+    monkeypatch.setattr(validate._STAGING, "buffer", torch.empty(1 << 12, dtype=torch.uint8))
+    monkeypatch.setattr(validate._STAGING, "array", validate._STAGING.buffer.numpy())
+    monkeypatch.setattr(validate._STAGING, "views", {})
+    for seed in range(2):
+        rng = np.random.default_rng(seed)
+        tensors = [torch.from_numpy(rng.integers(-2 ** 31, 2 ** 31 - 1, 7).astype(np.int32)),
+                   torch.from_numpy(rng.integers(-2 ** 62, 2 ** 62, 3)),
+                   torch.tensor([math.pi * (seed + 1)], dtype=torch.float32),
+                   torch.arange(5, dtype=torch.int32)]
+        got = validate._staged_values(tensors)
+        for t, g in zip(tensors, got):
+            expected = t.numpy().astype(np.float32 if t.dtype.is_floating_point else np.int64)
+            assert g.dtype == expected.dtype and np.array_equal(g, expected)
+
+
+def test_one_call_decodes_share_a_workspace_and_keep_their_results():
+    q, cache = _batch(seed=1)
+    q2, _ = _batch(seed=2)
+    kv = indptr(KV_LENS)
+    a = mixmla.mla_decode(q, cache, kv)
+    b, lse = mixmla.mla_decode(q2, cache, kv, return_lse=True)
+    for got, query in ((a, q), (b, q2)):
+        ref, _ = mla_decode_reference(query, cache, kv, indptr([1] * len(KV_LENS)))
+        result = check_strict(got, ref)
+        assert result, result.message
+    assert a.data_ptr() != b.data_ptr() and lse.shape == (len(KV_LENS), H)
+    assert len(api._ONE_CALL_WORKSPACE) >= 1
