@@ -58,11 +58,12 @@ def test_matrix_products_on_wgmma_in_the_tile_loop(compiled):
         assert k["wgmma"] == 68 and k["loop_hgmma"] == 68, k
 
 
-def test_cache_rows_are_prefetched_into_l2(compiled):
-    """The tile loop prefetches the rows of the tile after next into L2 (contiguous: one bulk
-    prefetch; paged: one per row); without it the fp8 kernel waits on its loads."""
+def test_fp8_cache_rows_are_prefetched_into_l2(compiled):
+    """The fp8 tile loop prefetches the rows of the tile after next into L2 (without it the kernel
+    waits on its loads); the MXFP4 one does not (measured slower with it)."""
+    from mixmla.kernels.constants import FMT_FP8
     for k in compiled:
-        assert k["prefetch"] >= 1, k
+        assert (k["prefetch"] >= 1) == (k["spec"]["FORMAT"] == FMT_FP8.value), k
 
 
 def test_no_local_memory_in_the_tile_loop(compiled):

@@ -9,6 +9,13 @@ absolute imports and the edit) and returns their paths; ``hopper_variants.py`` a
 - ``l2pf`` (measured at ``b03fc5a``, then made the shipped kernel's ``paging.prefetch_rows``; that
   commit's copy of this file has it): tile t+2's rows prefetched into L2 while tile t runs.
 - ``cg``: the raw loads with the ``.cg`` cache modifier (no L1 allocation).
+- ``late1``: the next tile's register loads issued after the tile maximum (the softmax's exchange
+  through shared memory no longer queues behind them), not inside the chunk loop.
+- ``late2``: the same loads issued after P^T is stored, just before the value products.
+- ``late3``: the same loads issued after the value products (the next tile's decode then waits for
+  them, which the L2 prefetch is meant to make short).
+- ``before``: the shipped kernel of ``b03fc5a``, before the L2 prefetch (``git show``).
+- ``pf3``: the L2 prefetch three tiles ahead instead of two (contiguous caches).
 """
 
 import os
@@ -69,6 +76,28 @@ def variant_sources():
               "    if FORMAT == FMT_MXFP4:\n        return mxfp4.load_chunk")
     s = _edit(s, "from mixmla.kernels.gluon.layouts import (CHUNK,", "from mixmla.kernels.gluon.layouts import (chunk_word_layout, CHUNK,")
     out["cg"] = s
+    load_line = "                    nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )\n"
+    late = _edit(base, load_line, "")
+    load_tile = "                raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n"
+    max_line = "                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))\n"
+    out["late1"] = _edit(late, max_line, max_line + load_tile)
+    p_store = "                p_smem.store(p.to(MMA_DT))\n"
+    out["late2"] = _edit(late, p_store, p_store + load_tile)
+    v_issue = "scaled[c], is_async=True), )\n"
+    out["late3"] = _edit(late, v_issue, v_issue + load_tile)
+    s = _edit(base, "_prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t + 2, t + 2 < t_end, page2,",
+              "_prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t + 3, t + 3 < t_end, page2,")
+    pro = ("                _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page,\n"
+           "                               num_pages, page_shift, kv_stride)\n")
+    out["pf3"] = _edit(s, pro, pro + pro.replace("t_begin + 1", "t_begin + 2"))
+    import subprocess
+    old = subprocess.run(["git", "show", "b03fc5a:src/mixmla/kernels/gluon/decode.py"], capture_output=True, text=True,
+                         cwd=HERE)
+    if old.returncode == 0:
+        for a, b in IMPORTS:
+            old_src = old.stdout.replace(a, b) if a in old.stdout else old.stdout
+            old.stdout = old_src
+        out["before"] = old.stdout
     return out
 
 

@@ -7,8 +7,8 @@ Each kernel (``shipped``: kernels/gluon/decode.py; or a variant's source file, a
 ``hopper_load_variants.py``) is instrumented by text edits: clock reads between the phases of the
 tile loop, summed per thread over its tiles and written with the tile count and the program's whole
 time to the ``lse`` buffer (float32, (programs, 10, 128); compiled with WRITE_LSE=False). Phases:
-wait for the previous tile's value products; row offsets; the nine chunks (decode, next tile's
-loads, value stores, score products issued); wait for the score products; mask and tile maximum;
+wait for the previous tile's value products; row offsets; the nine chunks (decode, value stores,
+score products issued; MXFP4: the next tile's loads); wait for the score products; mask and tile maximum (fp8: then the next tile's loads);
 probabilities and rescale; P^T store and fence; value products issued. Per shape and format it
 prints the mean cycles per tile of each phase (thread 0 of each warp, over all programs), the
 program's whole time per tile, and the GPU time of the uninstrumented and instrumented kernel
@@ -70,8 +70,8 @@ PROBES = [
      "                c0 = _clock()\n                acc = warpgroup_mma_wait(0, deps=acc)\n                c1 = _clock()\n"
      "                ph0 += c1 - c0\n                ntl += 1\n                row_off,"),
     ("                nxt = ()\n", "                c2 = _clock()\n                ph1 += c2 - c1\n                nxt = ()\n"),
-    ("                raw = nxt\n                st = warpgroup_mma_wait(0, deps=(st, ))\n",
-     "                raw = nxt\n                c3 = _clock()\n                ph2 += c3 - c2\n"
+    ("                st = warpgroup_mma_wait(0, deps=(st, ))\n",
+     "                c3 = _clock()\n                ph2 += c3 - c2\n"
      "                st = warpgroup_mma_wait(0, deps=(st, ))\n                c4 = _clock()\n                ph3 += c4 - c3\n"),
     ("                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))\n",
      "                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))\n                c5 = _clock()\n"
@@ -81,8 +81,7 @@ PROBES = [
      "                p_smem = p_all.index(z)\n"),
     ("                fence_async_shared()\n                acc = ()\n",
      "                fence_async_shared()\n                c7 = _clock()\n                ph6 += c7 - c6\n                acc = ()\n"),
-    ("scaled[c], is_async=True), )\n            acc = warpgroup_mma_wait(0, deps=acc)\n",
-     "scaled[c], is_async=True), )\n                ph7 += _clock() - c7\n            acc = warpgroup_mma_wait(0, deps=acc)\n"),
+    ("scaled[c], is_async=True), )\n", "scaled[c], is_async=True), )\n                ph7 += _clock() - c7\n"),
 ]
 
 

@@ -2,7 +2,7 @@
 
 The same rules as the Triton path's ``kernels/triton/paging.py`` (docs/SPEC.md §4), with the page
 table read two tiles earlier than the rows it points at, so that the two dependent loads never
-meet in one tile's critical path and a tile's rows can be prefetched into L2 one tile before they
+meet in one tile's critical path and a tile's rows can be prefetched into L2 a tile before they
 are loaded (``prefetch_rows``). ``PAGED`` (constexpr): 0 contiguous (``kv_indptr`` (batch+1,)
 prefix sums of cache rows); 1 a block table (``kv_indptr`` holds the cached-token counts (batch,),
 ``pages`` (batch, max_pages) int32 with row stride ``page_stride``); 2 CSR (counts as for 1,
@@ -98,27 +98,25 @@ def row_offsets(rows, stride, PAGED: gl.constexpr):
 
 
 @gluon.jit
-def prefetch_rows(FORMAT_WORDS: gl.constexpr, ptr, first, kv_len, t, live, row_off, ok, row_stride,
-                  ROW_BYTES: gl.constexpr, PAGED: gl.constexpr):
-    """Prefetches tile ``t``'s cache rows into L2 (``cp.async.bulk.prefetch``, no registers, no wait).
+def prefetch_rows(FORMAT_WORDS: gl.constexpr, ptr, kv_len, t, row_off, ok, row_stride, page_shift,
+                  PAGED: gl.constexpr):
+    """Prefetches tile ``t``'s cache rows into L2 with one bulk prefetch (``cp.async.bulk.prefetch``,
+    no registers, no wait) when they are consecutive: contiguous rows, or pages of at least a tile.
+    Smaller pages are not prefetched (a prefetch per row measured no faster). ``row_off``, ``ok``:
+    the tile's word offsets (``row_offsets``) and rows that exist; ``row_stride`` in 32-bit words.
+    The lane that holds the tile's first row issues it.
 
     Why: the tile's register loads, issued a tile later, then hit L2, and the shared-memory traffic
-    behind them in the load/store pipeline (the softmax's exchange) waits for L2 instead of DRAM.
-    Contiguous rows: one prefetch of the tile's rows by thread 0 (``first``: the request's first
-    row; ``row_stride`` in 32-bit words). Paged: one prefetch of ``ROW_BYTES`` per row (``row_off``:
-    word offsets from ``tile_rows``/``row_offsets``, ``ok`` which rows exist), by the first of the
-    lanes that hold the row."""
+    behind them in the load/store pipeline waits for L2 instead of DRAM."""
+    row_l: gl.constexpr = gl.SliceLayout(1, chunk_word_layout(FORMAT_WORDS))
+    i = gl.arange(0, TILE, layout=row_l)
+    rows = gl.minimum(kv_len - t * TILE, TILE)
     if PAGED == PAGED_NONE:
-        one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-        tid = gl.arange(0, 128, layout=one)
-        n = gl.where(live, gl.minimum(kv_len - t * TILE, TILE), 0).to(gl.int64)
-        base = ptr + (first + t * TILE).to(gl.int64) * row_stride + gl.zeros([128], gl.int64, one)
-        size = gl.where(tid == 0, n * row_stride * 4, 0).to(gl.int32)
-        gl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [base, size], dtype=gl.int32, is_pure=False, pack=1)
+        first = (i == 0) & ok
     else:
-        gl.inline_asm_elementwise(
-            "{ .reg .pred p; .reg .u32 ln; mov.u32 ln, %laneid; and.b32 ln, ln, 3; setp.eq.u32 p, ln, 0; "
-            "setp.ne.and.u32 p, $2, 0, p; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [ptr + row_off, gl.where(ok, ROW_BYTES, 0)], dtype=gl.int32, is_pure=False, pack=1)
+        first = (i == 0) & ok & (page_shift >= 6)  # TILE == 64 tokens
+    size = gl.where(first, rows * row_stride * 4, 0)
+    gl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .u32 ln; mov.u32 ln, %laneid; and.b32 ln, ln, 3; setp.eq.u32 p, ln, 0; "
+        "setp.ne.and.u32 p, $2, 0, p; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+        "=r,l,r", [ptr + row_off, size], dtype=gl.int32, is_pure=False, pack=1)
