@@ -168,3 +168,27 @@ def test_a_replacement_indptr_must_have_a_dtype_the_backend_reads(recording_back
     assert len(bp.calls) == 1
     triton = api.plan(kv_indptr, num_heads=16, fmt="fp8", backend="triton")
     assert set(triton.indptr_dtypes) == {torch.int32, torch.int64}
+
+
+def test_auto_format_prefers_what_the_hopper_kernel_serves(monkeypatch):
+    """From AUTO_HOPPER_MIN_TOKENS 'auto' takes fp8, then MXFP4, where the Hopper kernel serves them;
+    otherwise bf16 first. (Which formats the kernel serves is its own check, stubbed here.)"""
+    from mixmla import api
+    served = set()
+    monkeypatch.setattr(api, "_hopper_serves", lambda fmt, kv, q: fmt in served)
+    everything = dict.fromkeys(("bf16", "fp8", "mxfp4"))
+    q = torch.zeros(1)
+    assert api.choose_format(everything, q) == "bf16"
+    served.update({"fp8", "mxfp4"})
+    assert api.choose_format(everything, q) == "fp8"
+    assert api.choose_format({"bf16": None, "mxfp4": None}, q) == "mxfp4"
+    assert api.choose_format(everything) == "bf16"  # no query: nothing to check the kernel against
+    served.discard("fp8")
+    assert api.choose_format(everything, q) == "mxfp4"
+
+
+def test_auto_format_on_cpu_tensors_is_bf16():
+    from mixmla import api
+    from mixmla.inputs import generate_input
+    data = generate_input(2, 1, 64, seed=1)
+    assert api.choose_format(data[1], data[0]) == "bf16"

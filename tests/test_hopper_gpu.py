@@ -174,16 +174,17 @@ def test_auto_plan_takes_the_hopper_kernel_for_large_batches_and_replays_in_a_gr
     assert result.passed, result.message
 
 
-def test_custom_kernel_auto_picks_mxfp4_on_the_hopper_kernel_for_large_batches():
+def test_custom_kernel_auto_picks_fp8_on_the_hopper_kernel_for_large_batches():
     _hopper()
     import mixmla
-    from mixmla.api import AUTO_MXFP4_MIN_TOKENS, choose_format
+    from mixmla.api import AUTO_HOPPER_MIN_TOKENS, choose_format
     data = generate_input(64, 1, 8192, seed=9, device="cuda")
-    assert 64 * 8192 >= AUTO_MXFP4_MIN_TOKENS and choose_format(data[1], data[0]) == "mxfp4"
+    assert 64 * 8192 >= AUTO_HOPPER_MIN_TOKENS and choose_format(data[1], data[0]) == "fp8"
+    assert choose_format({"bf16": data[1]["bf16"], "mxfp4": data[1]["mxfp4"]}, data[0]) == "mxfp4"
     small = generate_input(4, 1, 1024, seed=9, device="cuda")
     assert choose_format(small[1], small[0]) == "bf16"
     out = mixmla.custom_kernel(data)
     q, kv, qo_indptr, kv_indptr, _ = data
-    ref, _ = mla_decode_reference(q, as_cache(kv["mxfp4"]), kv_indptr, qo_indptr)
+    ref, _ = mla_decode_reference(q, as_cache(kv["fp8"]), kv_indptr, qo_indptr)
     result = check_strict(out, ref)
     assert result.passed, result.message

@@ -337,13 +337,16 @@ def _wraps_in_place(wrapped, cache) -> bool:
 # ---------------------------------------------------------------------------------------------
 # The benchmark entry point.
 
-#: Format ``custom_kernel`` picks when asked for 'auto' and the Hopper kernel cannot serve MXFP4 (or
-#: the batch is small): the first present. The bf16 Triton kernel reads at the memory ceiling.
+#: Format ``custom_kernel`` picks when asked for 'auto' below ``AUTO_HOPPER_MIN_TOKENS`` or where the
+#: Hopper kernel cannot serve the call: the first present. The bf16 Triton kernel reads at the
+#: memory ceiling.
 AUTO_FORMAT_ORDER = ("bf16", "fp8", "mxfp4")
-#: From this many cached tokens 'auto' picks MXFP4 where the Hopper kernel serves it: on the H200
-#: (2026-12-01, docs/PERF.md) MXFP4 through it beat bf16 through Triton at 64 x 8192 and 256 x 8192,
-#: tied at 32 x 8192 and lost at 256 x 1024 and below.
-AUTO_MXFP4_MIN_TOKENS = 524288
+#: From this many cached tokens, where the Hopper kernel serves a format, 'auto' takes the first
+#: of ``AUTO_HOPPER_ORDER`` it serves: on the H200 (docs/PERF.md) fp8 through it was the fastest
+#: at 64 x 8192 and 256 x 8192, then MXFP4, then bf16 through Triton; at 262144 tokens (32 x 8192,
+#: 256 x 1024) bf16 and fp8 were within 3% of each other, and below bf16 was the fastest.
+AUTO_HOPPER_MIN_TOKENS = 524288
+AUTO_HOPPER_ORDER = ("fp8", "mxfp4")
 _PLAN_CACHE: "collections.OrderedDict[tuple, DecodePlan]" = collections.OrderedDict()
 _PLAN_CACHE_SIZE = 32
 #: custom_kernel's CUDA graphs, keyed by the identity (address, layout) of every input tensor.
@@ -351,26 +354,32 @@ _GRAPHS = GraphCache(capacity=16)
 
 
 def choose_format(kv_data: dict, q: torch.Tensor | None = None) -> str:
-    """The format ``custom_kernel(data, 'auto')`` uses among those present in ``kv_data``: MXFP4
-    for large batches (``AUTO_MXFP4_MIN_TOKENS``) where the Hopper kernel serves it (q (total_q, H,
-    576) on an sm_90 GPU, 16 heads, one query token per request), else ``AUTO_FORMAT_ORDER``."""
-    if q is not None and "mxfp4" in kv_data and _hopper_serves_mxfp4(kv_data["mxfp4"], q):
-        return "mxfp4"
+    """The format ``custom_kernel(data, 'auto')`` uses among those present in ``kv_data``: from
+    ``AUTO_HOPPER_MIN_TOKENS`` cached tokens the first of ``AUTO_HOPPER_ORDER`` that the Hopper
+    kernel serves (q (total_q, H, 576) on an sm_90 GPU, 16 heads, one query token per request; an
+    e4m3fn fp8 cache), else the first of ``AUTO_FORMAT_ORDER``."""
+    if q is not None:
+        for fmt in AUTO_HOPPER_ORDER:
+            if fmt in kv_data and _hopper_serves(fmt, kv_data[fmt], q):
+                return fmt
     for fmt in AUTO_FORMAT_ORDER:
         if fmt in kv_data:
             return fmt
     raise ValueError(f"kv_data holds none of {FORMATS}: keys {sorted(kv_data)}")
 
 
-def _hopper_serves_mxfp4(kv, q: torch.Tensor) -> bool:
+def _hopper_serves(fmt: str, kv, q: torch.Tensor) -> bool:
     try:
-        rows = kv[0].shape[0] if isinstance(kv, (tuple, list)) else kv.data.shape[0]
+        data = kv[0] if isinstance(kv, (tuple, list)) else kv.data
+        rows = data.shape[0]
     except (AttributeError, IndexError, TypeError):
         return False
-    if rows < AUTO_MXFP4_MIN_TOKENS or not isinstance(q, torch.Tensor) or q.dim() != 3 or q.device.type != "cuda":
+    if rows < AUTO_HOPPER_MIN_TOKENS or not isinstance(q, torch.Tensor) or q.dim() != 3 or q.device.type != "cuda":
+        return False
+    if fmt == "fp8" and getattr(data, "dtype", None) != torch.float8_e4m3fn:
         return False
     from .kernels.gluon.launch import layout_unsupported
-    return layout_unsupported(torch.cuda.get_device_capability(q.device), "mxfp4", q.shape[1], q.shape[1], 1) is None
+    return layout_unsupported(torch.cuda.get_device_capability(q.device), fmt, q.shape[1], q.shape[1], 1) is None
 
 
 def _max_q_len(qo_ptr: np.ndarray) -> int:
