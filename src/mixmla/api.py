@@ -378,8 +378,9 @@ def _hopper_serves(fmt: str, kv, q: torch.Tensor) -> bool:
         return False
     if fmt == "fp8" and getattr(data, "dtype", None) != torch.float8_e4m3fn:
         return False
+    from .kernels.gluon.backend import capability
     from .kernels.gluon.launch import layout_unsupported
-    return layout_unsupported(torch.cuda.get_device_capability(q.device), fmt, q.shape[1], q.shape[1], 1) is None
+    return layout_unsupported(capability(q.device), fmt, q.shape[1], q.shape[1], 1) is None
 
 
 def _max_q_len(qo_ptr: np.ndarray) -> int:

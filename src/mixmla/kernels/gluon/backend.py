@@ -69,7 +69,8 @@ class HopperPlan(BackendPlan):
                                                     page_size=pages.page_size)
 
 
-def _capability(device: torch.device) -> tuple[int, int] | None:
+def capability(device: torch.device) -> tuple[int, int] | None:
+    """The compute capability of a CUDA ``device`` (None for other devices), asked of torch once."""
     return _cuda_capability(device.index if device.index is not None else torch.cuda.current_device()) \
         if device.type == "cuda" else None
 
@@ -84,7 +85,7 @@ class GluonBackend(Backend):
     name = "gluon"
 
     def unsupported(self, layout: Layout) -> str | None:
-        return launch.layout_unsupported(_capability(layout.device), layout.fmt, layout.num_heads, layout.rows_max,
+        return launch.layout_unsupported(capability(layout.device), layout.fmt, layout.num_heads, layout.rows_max,
                                          layout.batch, layout.page_size)
 
     def plan(self, layout: Layout, config=None) -> HopperPlan:

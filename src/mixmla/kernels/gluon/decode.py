@@ -342,7 +342,7 @@ def mla_decode_hopper_kernel(
                                page_shift)
             page2 = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t_begin + 2, t_begin + 2 < t_end,
                                 page_shift)
-            if PAGED == 0:
+            if PAGED == 0:  # paged: tile t_begin + 1's entries were only just asked for
                 _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page,
                                num_pages, page_shift, kv_stride)
             q_mult = _stage_query(FORMAT, q_smem, q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
