@@ -1,24 +1,29 @@
-"""Variants of the Hopper kernel's cache loads (design log step 47), written as text edits of the
-shipped ``kernels/gluon/decode.py`` so that each differs from it in one idea only.
+"""Variants of the Hopper kernel's cache loads (design log steps 47-48), written as text edits of
+the shipped ``kernels/gluon/decode.py`` so that each differs from it in one idea only.
 
 ``write_variants(outdir)`` writes one module per variant into ``outdir`` (a copy of decode.py with
 absolute imports and the edit) and returns their paths; ``hopper_variants.py`` and
-``hopper_timeline.py`` take such paths as MODULE arguments.
+``hopper_timeline.py`` take such paths as MODULE arguments. An edit whose anchor no longer stands
+alone in the shipped source (or no longer starts a line, for an indented anchor) fails, so a
+variant never silently edits something else.
 
 - ``noload``: the next tile's loads masked off (every tile decodes zeros: wrong by design, a bound).
-- ``l2pf`` (measured at ``b03fc5a``, then made the shipped kernel's ``paging.prefetch_rows``; that
-  commit's copy of this file has it): tile t+2's rows prefetched into L2 while tile t runs.
 - ``cg``: the raw loads with the ``.cg`` cache modifier (no L1 allocation).
-- ``late1``: the next tile's register loads issued after the tile maximum (the softmax's exchange
-  through shared memory no longer queues behind them), not inside the chunk loop.
-- ``late2``: the same loads issued after P^T is stored, just before the value products.
-- ``late3``: the same loads issued after the value products (the next tile's decode then waits for
-  them, which the L2 prefetch is meant to make short).
+- ``late2``: fp8's next-tile loads issued after P^T is stored instead of after the tile maximum.
+- ``late3``: fp8's next-tile loads issued after the value products (the next tile's decode then
+  waits for them, which the L2 prefetch is meant to make short).
+- ``pf3``: the fp8 L2 prefetch three tiles ahead instead of two (contiguous caches).
 - ``before``: the shipped kernel of ``b03fc5a``, before the L2 prefetch (``git show``).
-- ``pf3``: the L2 prefetch three tiles ahead instead of two (contiguous caches).
+
+Made the shipped kernel, so no longer variants here: ``l2pf`` (the L2 prefetch,
+``paging.prefetch_rows``; this file at ``b03fc5a`` has it) and ``late1`` (the loads after the tile
+maximum, fp8 only). Round 3 of step 48 timed this file as of ``982e0da`` applied to the kernel of
+``6ec12f3``, whose loads were still inside the chunk loop for both formats.
 """
 
 import os
+import re
+import subprocess
 
 import mixmla.kernels.gluon.decode as shipped
 
@@ -60,13 +65,34 @@ def _load_chunk(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok, C: gl
 
 def _edit(src, old, new):
     assert src.count(old) == 1, old
+    at = src.index(old)
+    assert not old.startswith(" ") or at == 0 or src[at - 1] == "\n", f"anchor not at a line start: {old!r}"
     return src.replace(old, new)
 
 
-def variant_sources():
-    base = open(shipped.__file__).read()
+def absolute_imports(src):
+    """A kernel source of ``kernels/gluon/`` with its relative imports made absolute, so that a copy
+    of it imports from anywhere."""
     for a, b in IMPORTS:
-        base = _edit(base, a, b)
+        src = src.replace(a, b)
+    return src
+
+
+#: fp8's next-tile loads in the shipped loop: after the tile maximum, with the comment saying why.
+FP8_LOADS = re.compile(r"                if FORMAT == FMT_FP8:\n(?:                    #[^\n]*\n)*"
+                       r"                    raw = _load_tile\(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok\)\n")
+FP8_LOADS_PLAIN = ("                if FORMAT == FMT_FP8:\n"
+                   "                    raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n")
+
+
+def _move_fp8_loads(src, after):
+    """``src`` with fp8's next-tile loads moved from after the tile maximum to after ``after``."""
+    assert len(FP8_LOADS.findall(src)) == 1
+    return _edit(FP8_LOADS.sub("", src), after, after + FP8_LOADS_PLAIN)
+
+
+def variant_sources():
+    base = absolute_imports(open(shipped.__file__).read())
     out = {}
     out["noload"] = _edit(base, NEXT_TILE, NEXT_TILE.replace("t + 1 < t_end, page,", "t_end < 0, page,"))
     s = _edit(base, "\n\n@gluon.jit\ndef _decode_chunk(", CG_HELPER + "\n@gluon.jit\ndef _decode_chunk(")
@@ -76,28 +102,17 @@ def variant_sources():
               "    if FORMAT == FMT_MXFP4:\n        return mxfp4.load_chunk")
     s = _edit(s, "from mixmla.kernels.gluon.layouts import (CHUNK,", "from mixmla.kernels.gluon.layouts import (chunk_word_layout, CHUNK,")
     out["cg"] = s
-    load_line = "                    nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )\n"
-    late = _edit(base, load_line, "")
-    load_tile = "                raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n"
-    max_line = "                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))\n"
-    out["late1"] = _edit(late, max_line, max_line + load_tile)
-    p_store = "                p_smem.store(p.to(MMA_DT))\n"
-    out["late2"] = _edit(late, p_store, p_store + load_tile)
-    v_issue = "scaled[c], is_async=True), )\n"
-    out["late3"] = _edit(late, v_issue, v_issue + load_tile)
+    out["late2"] = _move_fp8_loads(base, "                p_smem.store(p.to(MMA_DT))\n")
+    out["late3"] = _move_fp8_loads(base, "scaled[c], is_async=True), )\n")
     s = _edit(base, "_prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t + 2, t + 2 < t_end, page2,",
               "_prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t + 3, t + 3 < t_end, page2,")
     pro = ("                _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page,\n"
            "                               num_pages, page_shift, kv_stride)\n")
     out["pf3"] = _edit(s, pro, pro + pro.replace("t_begin + 1", "t_begin + 2"))
-    import subprocess
     old = subprocess.run(["git", "show", "b03fc5a:src/mixmla/kernels/gluon/decode.py"], capture_output=True, text=True,
                          cwd=HERE)
-    if old.returncode == 0:
-        for a, b in IMPORTS:
-            old_src = old.stdout.replace(a, b) if a in old.stdout else old.stdout
-            old.stdout = old_src
-        out["before"] = old.stdout
+    if old.returncode == 0:  # a copy of the tree without its git history has no "before"
+        out["before"] = absolute_imports(old.stdout)
     return out
 
 

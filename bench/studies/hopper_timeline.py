@@ -28,7 +28,7 @@ from mixmla.kernels.gluon import sass
 from mixmla.kernels.gluon.launch import REQUEST_COST_TILES, ROWS
 from mixmla.kernels.gluon.compile import KernelSpec
 
-from hopper_load_variants import IMPORTS
+from hopper_load_variants import absolute_imports
 from hopper_variants import compile_variant, load_module
 
 PHASES = ["wait values", "rows", "chunks", "wait scores", "max", "exp+rescale", "P store", "value issue"]
@@ -86,9 +86,7 @@ PROBES = [
 
 
 def instrumented(src):
-    for a, b in IMPORTS:
-        src = src.replace(a, b)
-    # the prefetch edit of a variant may sit between the loop top and the chunks
+    src = absolute_imports(src)
     for a, b in PROBES:
         assert src.count(a) == 1, a
         src = src.replace(a, b)
