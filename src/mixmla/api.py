@@ -75,12 +75,13 @@ class DecodePlan:
         self.sm_scale = scale
         self.batch = kv_lens.shape[0]
         self.total_q = int(qo_host[-1])
-        layout = Layout(self.device, self.num_heads, fmt, scale, kv_lens, qo_host[1:] - qo_host[:-1], page_size)
-        self.max_q_len = layout.max_q_len
-        chosen = get_backend(backend, layout, config)
+        self._planned = planned = _planned(self.device, self.num_heads, fmt, scale, kv_lens, qo_host, page_size,
+                                           config, backend)
+        self.max_q_len = planned.layout.max_q_len
+        chosen = planned.backend
         self.backend = chosen.name
         self._out_dtypes = chosen.out_dtypes
-        self._plan = chosen.plan(layout, config)
+        self._plan = planned.take()
         self._memo = None
         self._allocate(one_call)
 
@@ -236,6 +237,57 @@ def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch
     out = p.out if out is None else out
     p._plan.run(q, checked.cache, p.kv_indptr, p.qo_indptr, out, p.lse if return_lse else None)
     return (out, p.lse) if return_lse else out
+
+
+class _Planned:
+    """What a layout's plans share: its ``Layout``, the backend chosen for it, and a plan of that
+    backend without a workspace (``template``), whose layout-derived parts later plans of the
+    same layout copy (``BackendPlan.fresh``) instead of being planned again."""
+
+    __slots__ = ("layout", "backend", "config", "template", "first")
+
+    def __init__(self, layout: Layout, backend, plan, config):
+        self.layout, self.backend, self.config = layout, backend, config
+        self.first = plan  # handed out once: the plan that was just made
+        self.template = plan.fresh()  # never given a workspace, so it holds no plan's buffers
+
+    def take(self):
+        """A backend plan of the layout, without a workspace yet."""
+        plan, self.first = self.first, None
+        if plan is None and self.template is not None:
+            plan = self.template.fresh()
+        return plan if plan is not None else self.backend.plan(self.layout, self.config)
+
+
+#: ``_Planned`` of recent layouts, keyed by everything a plan depends on (``_planned``); the oldest
+#: goes first. A serving loop that calls ``mla_decode`` once per layer with the same indptrs, or
+#: plans the same batch again, plans it once.
+_LAYOUTS: dict = {}
+_LAYOUTS_SIZE = 64
+
+
+def _planned(device: torch.device, num_heads: int, fmt: str, scale: float, kv_lens: np.ndarray,
+             qo_host: np.ndarray, page_size: int, config, backend: str) -> _Planned:
+    """The ``_Planned`` of a checked layout (kv_lens (batch,) and qo_host (batch+1,) int64 host
+    values), from ``_LAYOUTS`` when a plan of the same layout was made before. The backend is
+    chosen again every time (``get_backend``), so that the layout's entry serves only while the
+    same backend is chosen for it."""
+    key = (device, num_heads, fmt, scale, page_size, config, backend, kv_lens.tobytes(), qo_host.tobytes())
+    try:
+        entry = _LAYOUTS.get(key)
+    except TypeError:  # an unhashable config, which the backend rejects with its own message
+        entry = key = None
+    layout = entry.layout if entry is not None else \
+        Layout(device, num_heads, fmt, scale, kv_lens, qo_host[1:] - qo_host[:-1], page_size)
+    chosen = get_backend(backend, layout, config)
+    if entry is not None and entry.backend is chosen:
+        return entry
+    entry = _Planned(layout, chosen, chosen.plan(layout, config), config)
+    if key is not None:
+        _LAYOUTS[key] = entry
+        if len(_LAYOUTS) > _LAYOUTS_SIZE:
+            _LAYOUTS.pop(next(iter(_LAYOUTS)), None)
+    return entry
 
 
 def _aligned(floats: int) -> int:

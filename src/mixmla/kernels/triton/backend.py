@@ -61,6 +61,16 @@ class TritonPlan(BackendPlan):
         s = self.schedule
         self.workspace_floats = 0 if s.direct else s.num_work * s.rows_max * (VALUE_DIM + 1)
 
+    #: What ``__init__`` derives from the layout and config (``fresh`` copies these).
+    _LAYOUT_PARTS = ("config", "schedule", "_work", "_work_signatures", "_device", "_sm_scale", "_num_heads",
+                     "workspace_floats")
+
+    def fresh(self) -> "TritonPlan":
+        other = TritonPlan.__new__(TritonPlan)
+        mine = self.__dict__
+        other.__dict__.update({name: mine[name] for name in self._LAYOUT_PARTS})
+        return other
+
     def use_workspace(self, buffer: torch.Tensor | None, offset: int = 0) -> None:
         s = self.schedule
         if s.direct:
