@@ -281,7 +281,7 @@ class _Planned:
 
     def __init__(self, layout: Layout, backend, plan, config):
         self.layout, self.backend, self.config = layout, backend, config
-        self.first = plan  # handed out once: the plan that was just made
+        self.first = [plan]  # handed out once (list.pop is atomic: two threads never both get it)
         self.template = plan.fresh()  # never given a workspace, so it holds no plan's buffers
         #: (workspace, plan): the plan one-call decodes of this layout run, on that one-call workspace.
         self.one_call = None
@@ -304,9 +304,11 @@ class _Planned:
 
     def take(self):
         """A backend plan of the layout, without a workspace yet."""
-        plan, self.first = self.first, None
-        if plan is None and self.template is not None:
-            plan = self.template.fresh()
+        try:
+            return self.first.pop()
+        except IndexError:
+            pass
+        plan = self.template.fresh() if self.template is not None else None
         return plan if plan is not None else self.backend.plan(self.layout, self.config)
 
 
