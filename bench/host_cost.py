@@ -4,10 +4,13 @@ What a serving loop that does not capture graphs pays on the host for every call
 (batch x cached tokens per request, 16 heads, one query token) and cache format, on the GPU:
 
 - ``run``: ``DecodePlan.run(q, cache, out=out)``, eager; ``run+lse``: the same with the lse.
-- ``plan``: ``mixmla.plan(kv_indptr, qo_indptr, H, fmt)`` with the layout of the last call (its
-  work arrays are cached on the device); ``plan (new counts)``: the same with that cache emptied
-  before each call, what a plan costs when its chunk counts are new.
-- ``mla_decode``: ``mixmla.mla_decode(q, cache, kv_indptr, qo_indptr)``.
+- ``plan``: ``mixmla.plan(kv_indptr, qo_indptr, H, fmt)`` with the layout of the last call (what
+  mixmla remembers per layout serves it); ``plan (new lengths)``: the same after forgetting the
+  lengths (``forget_lengths``), what a plan of new lengths with known chunk counts costs (a serving
+  loop's next step); ``plan (new counts)``: after forgetting the work arrays on the device too,
+  what a plan costs when its chunk counts are new.
+- ``mla_decode``: ``mixmla.mla_decode(q, cache, kv_indptr, qo_indptr)`` (a layout seen before: the
+  same indptrs for every layer of a step); ``mla_decode (new lengths)``: after ``forget_lengths``.
 - ``custom_kernel``: ``custom_kernel(data, fmt)`` (from its third call on, one graph replay and a
   copy of the output); ``custom_kernel eager``: ``use_graphs=False``.
 - ``flashinfer run``: ``BatchMLAPagedAttentionWrapper.run`` after its plan (bf16 and fp8), as
@@ -49,7 +52,7 @@ import time
 import torch
 
 import mixmla
-from mixmla import api
+from mixmla import api, validate
 from mixmla.harness.env import device_info, source_commit
 from mixmla.inputs import generate_input
 from mixmla.kernels.triton import backend as triton_backend
@@ -134,6 +137,20 @@ def paged_batch(batch: int, kv_len: int, page_size: int, fmt: str, device, seed:
                 q=torch.zeros(batch, HEADS, 576, dtype=torch.bfloat16, device=device))
 
 
+def forget_lengths() -> None:
+    """Empty what mixmla remembers of the lengths it has seen (the per-layout plans and the
+    checked indptr values), not the work arrays, which depend on the chunk counts only: a call
+    after this costs what a call for new lengths with the same counts costs."""
+    api._LAYOUTS.clear()
+    validate._ORDERED.clear()
+
+
+def forget_counts() -> None:
+    """``forget_lengths`` and the work arrays on the device: a call for new chunk counts."""
+    forget_lengths()
+    triton_backend._schedule_on_device.cache_clear()
+
+
 def measure(shapes, formats, calls, burst, paged_shapes=(), page_sizes=(), paged_formats=()) -> list[dict]:
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
@@ -142,7 +159,7 @@ def measure(shapes, formats, calls, burst, paged_shapes=(), page_sizes=(), paged
     def add(shape, fmt, entry, fn, before=None):
         r = sample(fn, calls, burst, cuda, before)
         rows.append(dict(shape=shape, format=fmt, entry=entry, **r))
-        print(f"  {shape:>9} {fmt or '':>6} {entry:<22} {r['median_us']:8.1f} us  (p10 {r['p10_us']:.1f}, "
+        print(f"  {shape:>9} {fmt or '':>6} {entry:<26} {r['median_us']:8.1f} us  (p10 {r['p10_us']:.1f}, "
               f"p90 {r['p90_us']:.1f})", flush=True)
 
     if cuda:
@@ -178,9 +195,13 @@ def measure(shapes, formats, calls, burst, paged_shapes=(), page_sizes=(), paged
             add(shape, fmt, "run", lambda: p.run(q, cache, out=out))
             add(shape, fmt, "run+lse", lambda: p.run(q, cache, out=out, return_lse=True))
             add(shape, fmt, "plan", lambda: mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt))
+            add(shape, fmt, "plan (new lengths)", lambda: mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt),
+                before=forget_lengths)
             add(shape, fmt, "plan (new counts)", lambda: mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt),
-                before=triton_backend._schedule_on_device.cache_clear)
+                before=forget_counts)
             add(shape, fmt, "mla_decode", lambda: mixmla.mla_decode(q, cache, kv_indptr, qo_indptr))
+            add(shape, fmt, "mla_decode (new lengths)", lambda: mixmla.mla_decode(q, cache, kv_indptr, qo_indptr),
+                before=forget_lengths)
             add(shape, fmt, "custom_kernel", lambda: api.custom_kernel(data, fmt))
             add(shape, fmt, "custom_kernel eager", lambda: api.custom_kernel(data, fmt, use_graphs=False))
             peer = _flashinfer_call(data, fmt) if cuda else None

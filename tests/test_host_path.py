@@ -114,3 +114,115 @@ def test_one_call_decodes_share_a_workspace_and_keep_their_results():
         assert result, result.message
     assert a.data_ptr() != b.data_ptr() and lse.shape == (len(KV_LENS), H)
     assert len(api._ONE_CALL_WORKSPACE) >= 1
+
+
+def test_a_layout_planned_again_shares_its_schedule_not_its_buffers(monkeypatch):
+    from mixmla.kernels.triton import launch
+    from mixmla.kernels.triton.backend import TritonBackend
+
+    monkeypatch.setattr(api, "_LAYOUTS", {})
+    planned = []
+    real = TritonBackend.plan
+    monkeypatch.setattr(TritonBackend, "plan", lambda self, *a, **k: planned.append(1) or real(self, *a, **k))
+    q, cache = _batch(seed=3)
+    kv = indptr(KV_LENS)
+    a, b = mixmla.plan(kv, num_heads=H), mixmla.plan(kv, num_heads=H)
+    assert len(planned) == 1 and a.schedule is b.schedule and a._plan is not b._plan
+    assert a.out.data_ptr() != b.out.data_ptr()
+    for p in (a, b):
+        assert p._plan._key == launch.plan_key(p._plan.constants)
+    out_a, lse_a = a.run(q, cache, out=poisoned_out(q.shape[0], H), return_lse=True)
+    out_b, lse_b = b.run(q, cache, out=poisoned_out(q.shape[0], H), return_lse=True)
+    assert torch.equal(out_a, out_b) and torch.equal(lse_a, lse_b)
+    mixmla.plan(indptr([70, 1, 133]), num_heads=H)  # other lengths: planned
+    assert len(planned) == 2
+
+
+def test_a_layout_seen_before_is_planned_by_the_backend_chosen_now(monkeypatch):
+    """The layout cache keeps a plan of the backend chosen when it was made; a call for which
+    another backend is chosen (here a stand-in that 'auto' prefers) gets that backend's plan."""
+    from conftest import stand_in_gluon_backend
+    from mixmla.kernels.backend import Backend, BackendPlan
+
+    class Plan(BackendPlan):
+        config = schedule = None
+
+        def run(self, q, cache, kv_indptr, qo_indptr, out, lse):
+            out.fill_(1.0)
+
+    class Preferred(Backend):
+        name = "gluon"
+
+        def unsupported(self, layout):
+            return None
+
+        def preferred(self, layout):
+            return True
+
+        def plan(self, layout, config=None):
+            return Plan()
+
+    q, cache = _batch(seed=4)
+    kv = indptr(KV_LENS)
+    assert mixmla.plan(kv, num_heads=H).backend == "triton"
+    stand_in_gluon_backend(monkeypatch, Preferred())
+    assert mixmla.plan(kv, num_heads=H).backend == "gluon"
+    assert bool((mixmla.mla_decode(q, cache, kv) == 1.0).all())
+
+
+def test_remembered_indptr_values_still_get_every_rule():
+    """Values that passed the order rules before still meet the rules that depend on the call."""
+    q, cache = _batch(seed=5)
+    kv = indptr(KV_LENS)
+    wide = mixmla.plan(kv, indptr([2, 1, 1]), num_heads=H)  # [0, 2, 3, 4] passes here
+    assert wide.max_q_len == 2
+    p = mixmla.plan(kv, num_heads=H)
+    with pytest.raises(ValueError, match=r"request 0 has 2 query tokens, but at most 1 per request"):
+        p.run(q, cache, qo_indptr=indptr([2, 1, 0]), check=True)
+    with pytest.raises(ValueError, match=r"must end at total_q"):
+        mixmla.mla_decode(q, cache, kv, indptr([2, 1, 1]))
+    with pytest.raises(ValueError, match=r"beyond the cache's 100 rows"):
+        mixmla.mla_decode(q, (cache.data[:100]), kv)
+    with pytest.raises(ValueError, match=r"must be non-decreasing"):
+        mixmla.plan(torch.tensor([0, 70, 69, 203], dtype=torch.int32, device=DEVICE), num_heads=H)
+
+
+class _CountAllocations(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the aten operations that allocate a tensor (device memory on a GPU)."""
+
+    ALLOCATING = {"empty", "empty_strided", "_to_copy", "cat", "arange", "clone", "zeros", "full", "new_empty"}
+
+    def __init__(self):
+        super().__init__()
+        self.allocations = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in self.ALLOCATING:
+            self.allocations += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
+def test_plans_and_one_call_decodes_allocate_only_what_they_return(fmt, monkeypatch):
+    """A plan makes one allocation (output, lse and workspace together); a one-call decode of a
+    layout seen before allocates only its results; neither converts the int32 indptrs."""
+    from mixmla.kernels.triton import launch
+
+    q, _ = _batch(fmt, seed=6)
+    cache = quantize(torch.randn(1000, 576, device=DEVICE), fmt)
+    if fmt == "fp8":
+        cache = (cache.data, cache.scale)
+    kv = indptr([300, 0, 700])  # split into several chunks: a workspace
+    qo = indptr([1, 1, 1])
+    p = mixmla.plan(kv, qo, num_heads=H, fmt=fmt)
+    assert not p.schedule.direct
+    monkeypatch.setattr(launch, "run", lambda one: None)  # what is counted is the host side
+    calls = {"plan": (lambda: mixmla.plan(kv, qo, num_heads=H, fmt=fmt), 1),
+             "mla_decode": (lambda: mixmla.mla_decode(q, cache, kv, qo), 1),
+             "mla_decode with lse": (lambda: mixmla.mla_decode(q, cache, kv, qo, return_lse=True), 2),
+             "run": (lambda: p.run(q, cache), 0)}
+    for name, (call, most) in calls.items():
+        call()
+        with _CountAllocations() as counted:
+            call()
+        assert counted.allocations <= most, (name, counted.allocations)

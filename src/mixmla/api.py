@@ -47,8 +47,8 @@ class DecodePlan:
         else:  # mla_decode already checked everything and read the indptrs: don't read them twice
             kv_ptr, qo_ptr, scale = _checked.kv_ptr, _checked.qo_ptr, _checked.sm_scale
         kv_host, qo_host = kv_ptr, qo_ptr  # int64 numpy arrays
-        self._setup(device if device is not None else kv_indptr.device, kv_host[1:] - kv_host[:-1], qo_host,
-                    num_heads, fmt, scale, config, backend, one_call=_one_call)
+        self._setup(device if device is not None else kv_indptr.device, kv_host, qo_host, num_heads, fmt, scale,
+                    config, backend, one_call=_one_call)
         self.total_kv = int(kv_host[-1])
         if _one_call is not None:
             # Nobody else sees this plan's indptrs: the caller's serve when its kernels read their
@@ -62,25 +62,24 @@ class DecodePlan:
         self.kv_indptr = self._device_int32(kv_indptr, kv_host)
         self.qo_indptr = self._device_int32(qo_indptr, qo_host)
 
-    def _setup(self, device, kv_lens: np.ndarray, qo_host: np.ndarray, num_heads: int, fmt: str, scale: float,
+    def _setup(self, device, kv_host: np.ndarray, qo_host: np.ndarray, num_heads: int, fmt: str, scale: float,
                config, backend: str, page_size: int = 0, one_call: tuple | None = None) -> None:
         """What every plan does once its inputs are checked: the backend's plan of the layout
-        (kv_lens (batch,) and qo_host (batch+1,) int64 host values; page_size 0 for the contiguous
+        (kv_host: (batch+1,) kv_indptr values, or with page_size > 0 (a paged layout) the (batch,)
+        cached-token counts; qo_host (batch+1,); int64 host values; page_size 0 for the contiguous
         layout) and the buffers (``_allocate``)."""
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = _plan_device(device)
         self.num_heads = int(num_heads)
         self.fmt = fmt
         self.sm_scale = scale
-        self.batch = kv_lens.shape[0]
+        self.batch = qo_host.shape[0] - 1
         self.total_q = int(qo_host[-1])
-        layout = Layout(self.device, self.num_heads, fmt, scale, kv_lens, qo_host[1:] - qo_host[:-1], page_size)
-        self.max_q_len = layout.max_q_len
-        chosen = get_backend(backend, layout, config)
+        planned = _planned(self.device, self.num_heads, fmt, scale, kv_host, qo_host, page_size, config, backend)
+        self.max_q_len = planned.layout.max_q_len
+        chosen = planned.backend
         self.backend = chosen.name
         self._out_dtypes = chosen.out_dtypes
-        self._plan = chosen.plan(layout, config)
+        self._plan = planned.take()
         self._memo = None
         self._allocate(one_call)
 
@@ -122,19 +121,10 @@ class DecodePlan:
         return self._plan.indptr_dtypes
 
     def _readable(self, t: torch.Tensor, host: np.ndarray) -> torch.Tensor:
-        """``t`` itself when the backend's kernels read it as it is, else ``_device_int32``."""
-        if t.dtype in self._plan.indptr_dtypes and t.device == self.device:
-            return t
-        return self._device_int32(t, host)
+        return _readable(t, host, self.device, self._plan.indptr_dtypes)
 
     def _device_int32(self, t: torch.Tensor | None, host: np.ndarray) -> torch.Tensor:
-        if t is not None and t.dtype == torch.int32 and t.device == self.device:
-            return t
-        if t is not None and t.device == self.device:
-            return t.to(torch.int32)  # on the device: no transfer
-        if t is None:  # one query per request
-            return torch.arange(host.shape[0], dtype=torch.int32, device=self.device)
-        return torch.from_numpy(host.astype(np.int32)).to(self.device)
+        return _device_int32(t, host, self.device)
 
     def run(self, q: torch.Tensor, cache, out: torch.Tensor | None = None, return_lse: bool = False,
             kv_indptr: torch.Tensor | None = None, qo_indptr: torch.Tensor | None = None, check: bool = False):
@@ -182,9 +172,7 @@ class DecodePlan:
         return (target, lse) if return_lse else target
 
     def _check_out_dtype(self, out: torch.Tensor | None) -> None:
-        if out is not None and out.dtype not in self._out_dtypes:
-            raise ValueError(f"out: the {self.backend} backend writes {' or '.join(map(str, self._out_dtypes))}, "
-                             f"got {out.dtype}; plan with backend='triton' for a float32 out")
+        _check_out_dtype(self.backend, self._out_dtypes, out)
 
     def __repr__(self) -> str:
         s = self.schedule
@@ -229,13 +217,133 @@ def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch
     checked = validate.check_decode_inputs(q, cache, kv_indptr, qo_indptr, sm_scale, out)
     if backend == "auto" and out is not None and out.dtype == torch.float32:
         backend = "triton"  # the backend whose kernels write float32
-    # The plan is this call's alone, so its own buffers are the results.
-    p = DecodePlan(kv_indptr, qo_indptr, q.shape[1], checked.cache.format, checked.sm_scale, q.device, config,
-                   backend, _checked=checked, _one_call=(out is None, return_lse))
-    p._check_out_dtype(out)
-    out = p.out if out is None else out
-    p._plan.run(q, checked.cache, p.kv_indptr, p.qo_indptr, out, p.lse if return_lse else None)
-    return (out, p.lse) if return_lse else out
+    # No DecodePlan: the backend's plan of the layout, with the one-call workspace, serves every
+    # call of that layout, and only the results this call returns are allocated.
+    device = _plan_device(q.device)
+    planned = _planned(device, checked.num_heads, checked.cache.format, checked.sm_scale, checked.kv_ptr,
+                       checked.qo_ptr, 0, config, backend)
+    chosen = planned.backend
+    _check_out_dtype(chosen.name, chosen.out_dtypes, out)
+    ready = planned.for_one_call(device)
+    # Each result its own allocation: results that share a storage would alias, which torch's
+    # custom operators reject.
+    if out is None:
+        out = torch.empty(checked.total_q, checked.num_heads, VALUE_DIM, dtype=torch.bfloat16, device=device)
+    lse = torch.empty(checked.total_q, checked.num_heads, dtype=torch.float32, device=device) if return_lse \
+        else None
+    dtypes = ready.indptr_dtypes
+    kv = _readable(kv_indptr, checked.kv_ptr, device, dtypes)
+    qo = _request_range(device, checked.batch) if qo_indptr is None else \
+        _readable(qo_indptr, checked.qo_ptr, device, dtypes)
+    ready.run(q, checked.cache, kv, qo, out, lse)
+    return (out, lse) if return_lse else out
+
+
+def _check_out_dtype(backend: str, dtypes: tuple, out: torch.Tensor | None) -> None:
+    if out is not None and out.dtype not in dtypes:
+        raise ValueError(f"out: the {backend} backend writes {' or '.join(map(str, dtypes))}, "
+                         f"got {out.dtype}; plan with backend='triton' for a float32 out")
+
+
+def _plan_device(device) -> torch.device:
+    """``device`` as a plan keeps it: a CUDA device always with its index."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _readable(t: torch.Tensor, host: np.ndarray, device: torch.device, dtypes: tuple) -> torch.Tensor:
+    """``t`` itself when kernels that read ``dtypes`` read it as it is, else ``_device_int32``."""
+    if t.dtype in dtypes and t.device == device:
+        return t
+    return _device_int32(t, host, device)
+
+
+def _device_int32(t: torch.Tensor | None, host: np.ndarray, device: torch.device) -> torch.Tensor:
+    """An indptr as int32 on ``device`` (``t`` itself when it is that; None: ``[0, .., batch]``);
+    ``host`` holds its values."""
+    if t is not None and t.dtype == torch.int32 and t.device == device:
+        return t
+    if t is not None and t.device == device:
+        return t.to(torch.int32)  # on the device: no transfer
+    if t is None:  # one query per request
+        return torch.arange(host.shape[0], dtype=torch.int32, device=device)
+    return torch.from_numpy(host.astype(np.int32)).to(device)
+
+
+class _Planned:
+    """What a layout's plans share: its ``Layout``, the backend chosen for it, and a plan of that
+    backend without a workspace (``template``), whose layout-derived parts later plans of the
+    same layout copy (``BackendPlan.fresh``) instead of being planned again."""
+
+    __slots__ = ("layout", "backend", "config", "template", "first", "one_call")
+
+    def __init__(self, layout: Layout, backend, plan, config):
+        self.layout, self.backend, self.config = layout, backend, config
+        self.first = [plan]  # handed out once (list.pop is atomic: two threads never both get it)
+        self.template = plan.fresh()  # never given a workspace, so it holds no plan's buffers
+        #: (workspace, plan): the plan one-call decodes of this layout run, on that one-call workspace.
+        self.one_call = None
+
+    def for_one_call(self, device: torch.device):
+        """A backend plan of the layout on the one-call workspace of the current stream
+        (``_one_call_workspace``): the same plan for every call while that workspace is the same."""
+        ready = self.one_call
+        if ready is not None:
+            work = ready[1].workspace_floats
+            if (_one_call_workspace(device, work) if work else None) is ready[0]:
+                return ready[1]
+        plan = self.take()
+        work = plan.workspace_floats
+        workspace = _one_call_workspace(device, work) if work else None
+        plan.use_workspace(workspace)
+        if self.template is not None:  # a backend that plans afresh each time keeps nothing here
+            self.one_call = (workspace, plan)
+        return plan
+
+    def take(self):
+        """A backend plan of the layout, without a workspace yet."""
+        try:
+            return self.first.pop()
+        except IndexError:
+            pass
+        plan = self.template.fresh() if self.template is not None else None
+        return plan if plan is not None else self.backend.plan(self.layout, self.config)
+
+
+#: ``_Planned`` of recent layouts, keyed by everything a plan depends on (``_planned``); the oldest
+#: goes first. A serving loop that calls ``mla_decode`` once per layer with the same indptrs, or
+#: plans the same batch again, plans it once.
+_LAYOUTS: dict = {}
+_LAYOUTS_SIZE = 64
+
+
+def _planned(device: torch.device, num_heads: int, fmt: str, scale: float, kv_host: np.ndarray,
+             qo_host: np.ndarray, page_size: int, config, backend: str) -> _Planned:
+    """The ``_Planned`` of a checked layout (host values as ``DecodePlan._setup`` takes them),
+    from ``_LAYOUTS`` when a plan of the same layout was made before. The backend is chosen again
+    every time (``get_backend``), so that the layout's entry serves only while the same backend
+    is chosen for it."""
+    key = (device, num_heads, fmt, scale, page_size, config, backend, kv_host.tobytes(), qo_host.tobytes())
+    try:
+        entry = _LAYOUTS.get(key)
+    except TypeError:  # an unhashable config, which the backend rejects with its own message
+        entry = key = None
+    if entry is not None:
+        layout = entry.layout
+    else:
+        kv_lens = kv_host if page_size else kv_host[1:] - kv_host[:-1]
+        layout = Layout(device, num_heads, fmt, scale, kv_lens, qo_host[1:] - qo_host[:-1], page_size)
+    chosen = get_backend(backend, layout, config)
+    if entry is not None and entry.backend is chosen:
+        return entry
+    entry = _Planned(layout, chosen, chosen.plan(layout, config), config)
+    if key is not None:
+        _LAYOUTS[key] = entry
+        if len(_LAYOUTS) > _LAYOUTS_SIZE:
+            _LAYOUTS.pop(next(iter(_LAYOUTS)), None)
+    return entry
 
 
 def _aligned(floats: int) -> int:
@@ -261,6 +369,10 @@ def _one_call_workspace(device: torch.device, floats: int) -> torch.Tensor:
     if buffer is None or buffer.numel() < floats:
         if len(_ONE_CALL_WORKSPACE) >= 16 and key not in _ONE_CALL_WORKSPACE:
             _ONE_CALL_WORKSPACE.pop(next(iter(_ONE_CALL_WORKSPACE)))
+        if buffer is not None:  # let the old buffer go: no one-call plan keeps it
+            for entry in list(_LAYOUTS.values()):
+                if entry.one_call is not None and entry.one_call[0] is buffer:
+                    entry.one_call = None
         # Allocated on the stream it serves, so that torch reuses its memory after a release only
         # in that stream's order.
         buffer = _ONE_CALL_WORKSPACE[key] = torch.empty(floats, dtype=torch.float32, device=device)

@@ -174,7 +174,7 @@ class _Staging(threading.local):
 
     buffer: Optional[torch.Tensor] = None  # uint8, pinned
     array: Optional[np.ndarray] = None  # the numpy view of ``buffer``
-    views: Optional[dict] = None  # (offset, numel, dtype) -> typed view of ``buffer``
+    views: Optional[dict] = None  # ((numel, dtype) per tensor) -> ``_staging_slots`` of ``buffer``
 
 
 _STAGING = _Staging()
@@ -205,8 +205,8 @@ def _host_values(tensors: Sequence[torch.Tensor]) -> list:
     if not tensors:
         return []
     if all(t.device.type == "cpu" for t in tensors):  # nothing to transfer
-        return [t.reshape(-1).float().numpy() if t.dtype.is_floating_point else t.reshape(-1).numpy().astype(np.int64)
-                for t in tensors]
+        return [(t if t.dim() == 1 else t.reshape(-1)).float().numpy() if t.dtype.is_floating_point
+                else (t if t.dim() == 1 else t.reshape(-1)).numpy().astype(np.int64) for t in tensors]
     flat = [t if t.dim() == 1 else t.reshape(-1) for t in tensors]
     return _staged_values([t if t.dtype in _NUMPY_DTYPES else t.to(torch.float32 if t.dtype.is_floating_point
                                                                    else torch.int64) for t in flat])
@@ -214,29 +214,42 @@ def _host_values(tensors: Sequence[torch.Tensor]) -> list:
 
 def _staged_values(flat: list) -> list:
     """``_host_values`` of 1-D tensors of ``_NUMPY_DTYPES`` through the staging buffer."""
-    offsets, end = [], 0
-    for t in flat:
-        offsets.append(end)
-        end += -(-t.numel() * t.element_size() // 8) * 8  # 8-byte aligned, so that any dtype can view its slice
-    s = _staging(end)
+    shapes = tuple((t.shape[0], t.dtype) for t in flat)
+    s = _STAGING
+    slots = s.views.get(shapes) if s.views is not None else None
+    if slots is None:
+        s, slots = _staging_slots(shapes)
     # Asynchronous copies are ordered on the stream of their source's device; with tensors of
     # several devices every copy waits.
-    one_device = all(t.device == flat[0].device for t in flat)
-    views = s.views
-    if len(views) > 64:
-        views.clear()
+    device = flat[0].device
+    non_blocking = all(t.device == device for t in flat)
     last = len(flat) - 1
-    for i, (t, off) in enumerate(zip(flat, offsets)):
-        key = (off, t.numel(), t.dtype)
-        dst = views.get(key)
-        if dst is None:
-            dst = views[key] = s.buffer[off:off + t.numel() * t.element_size()].view(t.dtype)
-        dst.copy_(t, non_blocking=one_device and i < last)
     out = []
-    for t, off in zip(flat, offsets):
-        raw = s.array[off:off + t.numel() * t.element_size()].view(_NUMPY_DTYPES[t.dtype])
+    for i, (t, (dst, raw)) in enumerate(zip(flat, slots)):
+        dst.copy_(t, non_blocking=non_blocking and i < last)
+    for t, (dst, raw) in zip(flat, slots):
         out.append(raw.copy() if t.dtype.is_floating_point else raw.astype(np.int64))  # copies: the buffer is reused
     return out
+
+
+def _staging_slots(shapes: tuple) -> tuple:
+    """``(staging, [(typed tensor view, numpy view)] per tensor)`` for tensors of ``shapes``
+    ((numel, dtype) each) laid out in one staging buffer, 8-byte aligned so that any dtype can
+    view its slice; remembered per ``shapes`` while the thread's buffer stays the same."""
+    offsets, end = [], 0
+    for numel, dtype in shapes:
+        offsets.append(end)
+        end += -(-numel * dtype.itemsize // 8) * 8
+    s = _staging(end)
+    slots = []
+    for (numel, dtype), off in zip(shapes, offsets):
+        nbytes = numel * dtype.itemsize
+        slots.append((s.buffer[off:off + nbytes].view(dtype), s.array[off:off + nbytes].view(_NUMPY_DTYPES[dtype])))
+    if s is _STAGING:
+        if len(s.views) > 64:
+            s.views.clear()
+        s.views[shapes] = slots
+    return s, slots
 
 
 #: What a device tensor's values are read as; other dtypes are converted on the device first.
@@ -372,21 +385,38 @@ def check_indptr(
     return _check_indptr_values(name, _host_values([t])[0], max_last, last, max_len)
 
 
+#: Host values (the bytes of int64 arrays) of recent indptrs that start at 0 and are non-decreasing -> their
+#: longest segment: a serving loop checks the same indptrs for every layer, and these two rules
+#: depend on the values alone. Only short arrays, whose checks cost more than their hash.
+_ORDERED: dict = {}
+_ORDERED_SIZE = 64
+_ORDERED_MAX_ENTRIES = 1025
+
+
 def _check_indptr_values(name: str, vals: np.ndarray, max_last=None, last=None, max_len=None) -> np.ndarray:
     """The value rules of ``check_indptr`` on host values ``vals`` (int64); returns them."""
-    if vals[0] != 0:
-        raise ValueError(f"{name} must start at 0, got {name}[0] = {vals[0]}")
-    lens = vals[1:] - vals[:-1]
-    if (lens < 0).any():
-        i = int(np.argmax(lens < 0))
-        raise ValueError(f"{name} must be non-decreasing, got {name}[{i}] = {vals[i]} > "
-                         f"{name}[{i + 1}] = {vals[i + 1]}")
+    key = vals.tobytes() if vals.shape[0] <= _ORDERED_MAX_ENTRIES and vals.dtype == np.int64 else None
+    longest = _ORDERED.get(key) if key is not None else None
+    if longest is None:
+        if vals[0] != 0:
+            raise ValueError(f"{name} must start at 0, got {name}[0] = {vals[0]}")
+        lens = vals[1:] - vals[:-1]
+        if int(lens.min(initial=0)) < 0:
+            i = int(np.argmax(lens < 0))
+            raise ValueError(f"{name} must be non-decreasing, got {name}[{i}] = {vals[i]} > "
+                             f"{name}[{i + 1}] = {vals[i + 1]}")
+        longest = int(lens.max(initial=0))
+        if key is not None:
+            _ORDERED[key] = longest
+            if len(_ORDERED) > _ORDERED_SIZE:
+                _ORDERED.pop(next(iter(_ORDERED)), None)
     if max_last is not None and vals[-1] > max_last:
         raise ValueError(f"{name} ends at {vals[-1]}, beyond the cache's {max_last} rows "
                          f"(expected {name}[-1] <= {max_last})")
     if last is not None and vals[-1] != last:
         raise ValueError(f"{name} must end at total_q = q.shape[0] = {last}, got {name}[-1] = {vals[-1]}")
-    if max_len is not None and lens.shape[0] and int(lens.max()) > max_len:
+    if max_len is not None and longest > max_len:
+        lens = vals[1:] - vals[:-1]
         i = int(np.argmax(lens))
         raise ValueError(f"{name}: request {i} has {int(lens[i])} query tokens, but at most {max_len} per request "
                          f"are served (a plan covers as many as its longest request had when it was made)")

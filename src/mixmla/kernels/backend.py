@@ -102,6 +102,13 @@ class BackendPlan(abc.ABC):
     #: can then allocate it together with the outputs in one allocation.
     workspace_floats: int = 0
 
+    def fresh(self) -> "BackendPlan | None":
+        """Another plan of the same layout and config, without a workspace yet (``use_workspace``
+        not called), sharing this one's layout-derived parts (schedule, device constants); None
+        when the backend does not make plans that way (then the API calls ``Backend.plan``
+        again). Must not share anything that ``use_workspace`` or ``run`` changes."""
+        return None
+
     def use_workspace(self, buffer: torch.Tensor | None, offset: int = 0) -> None:
         """Take ``buffer[offset:offset + workspace_floats]`` (a float32 device tensor, 256-byte
         aligned there) as the plan's workspace; None when ``workspace_floats`` is 0. Called once,

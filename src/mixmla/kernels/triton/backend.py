@@ -60,6 +60,17 @@ class TritonPlan(BackendPlan):
         self._device, self._sm_scale, self._num_heads = layout.device, layout.sm_scale, layout.num_heads
         s = self.schedule
         self.workspace_floats = 0 if s.direct else s.num_work * s.rows_max * (VALUE_DIM + 1)
+        self._layout_key = launch.layout_key(s, c, layout.num_heads, INTERPRETED, self._work_signatures)
+
+    #: What ``__init__`` derives from the layout and config (``fresh`` copies these).
+    _LAYOUT_PARTS = ("config", "schedule", "_work", "_work_signatures", "_device", "_sm_scale", "_num_heads",
+                     "workspace_floats", "_layout_key")
+
+    def fresh(self) -> "TritonPlan":
+        other = TritonPlan.__new__(TritonPlan)
+        mine = self.__dict__
+        other.__dict__.update({name: mine[name] for name in self._LAYOUT_PARTS})
+        return other
 
     def use_workspace(self, buffer: torch.Tensor | None, offset: int = 0) -> None:
         s = self.schedule
@@ -74,7 +85,7 @@ class TritonPlan(BackendPlan):
                                               self.config, INTERPRETED)
         # Compiled launches on CUDA, shared by every plan; the interpreter has nothing to compile.
         self._compiled = launch.SHARED if part_o.is_cuda and not INTERPRETED else None
-        self._key = launch.plan_key(self.constants, self._work_signatures)
+        self._key = self._layout_key + (launch.signatures((part_o, part_lse)),)  # launch.plan_key's
 
     def run(self, q, cache, kv_indptr, qo_indptr, out, lse):
         return self._launch(q, cache, kv_indptr, qo_indptr, out, lse, None)

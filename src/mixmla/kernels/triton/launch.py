@@ -163,11 +163,16 @@ def plan_key(plan: PlanConstants, work_signatures: tuple | None = None) -> tuple
     float ``sm_scale`` and the grid do not specialize. Two plans with equal keys launch the same
     compiled kernels for the same call key. work_signatures: ``signatures(plan.work)`` when the
     caller has them."""
-    s, c = plan.schedule, plan.config
     work = signatures(plan.work) if work_signatures is None else work_signatures
-    tensors = work + signatures(plan.workspace)
-    return (s.direct, s.block_r, _int_spec(s.rows_max), _combine_block_s(s), plan.num_heads, c.block_t,
-            c.num_warps, c.num_stages, plan.interpreted, tensors)
+    return layout_key(plan.schedule, plan.config, plan.num_heads, plan.interpreted, work) + \
+        (signatures(plan.workspace),)
+
+
+def layout_key(s: Schedule, c: KernelConfig, num_heads: int, interpreted: bool, work_signatures: tuple) -> tuple:
+    """The part of ``plan_key`` that does not depend on the plan's workspace (the same for every
+    plan of a layout)."""
+    return (s.direct, s.block_r, _int_spec(s.rows_max), _combine_block_s(s), num_heads, c.block_t, c.num_warps,
+            c.num_stages, interpreted, work_signatures)
 
 
 def _combine_block_s(s: Schedule) -> int:
