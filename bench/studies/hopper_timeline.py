@@ -11,7 +11,7 @@ wait for the previous tile's value products; row offsets; the nine chunks (decod
 score products issued; MXFP4: the next tile's loads); wait for the score products; mask and tile maximum (fp8: then the next tile's loads);
 probabilities and rescale; P^T store and fence; value products issued. Per shape and format it
 prints the mean cycles per tile of each phase (thread 0 of each warp, over all programs), the
-program's whole time per tile, and the GPU time of the uninstrumented and instrumented kernel
+program's whole time per tile, the mean and slowest program's whole time (cycles), and the GPU time of the uninstrumented and instrumented kernel
 (the probes' own cost). ``--compile-only`` compiles on any machine. Writes OUT/timeline.json.
 """
 
@@ -167,7 +167,10 @@ def main():
                        "probed us": round(t_probed, 1),
                        "same output": bool(torch.equal(out.view(torch.int16), ref_out.view(torch.int16))),
                        **per_tile, "loop": round(sum(per_tile.values()), 1),
-                       "program per tile": round(float(w[:, 9].sum() / tiles), 1)}
+                       "program per tile": round(float(w[:, 9].sum() / tiles), 1),
+                       # Whole programs (cycles): the slowest against the mean says how even the
+                       # split is; against the GPU time, what lies outside the programs.
+                       "program mean": round(float(w[:, 9, 0].mean()), 0), "program max": round(float(w[:, 9, 0].max()), 0)}
                 rows.append(row)
                 print(row, flush=True)
         del q, kv
