@@ -32,7 +32,11 @@ from hopper_load_variants import absolute_imports
 from hopper_variants import compile_variant, load_module
 
 PHASES = ["wait values", "rows", "chunks", "wait scores", "max", "exp+rescale", "P store", "value issue"]
-NPROBES = 10
+#: Per request piece, outside the tile loop: from the piece's start to its first tile (request
+#: bounds, query staging, first loads), from its last tile to its end (the last value products,
+#: output or partial stores, fence, count; the merge included), and the merge alone.
+PIECE = ["piece start", "piece end", "merge"]
+NPROBES = 13
 
 HELPERS = '''
 
@@ -53,8 +57,8 @@ def _zeros():
 def _store_probes(ptr, pid, probes):
     one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     i = gl.arange(0, 128, layout=one)
-    for k in gl.static_range(10):
-        gl.store(ptr + (pid * 10 + k) * 128 + i, probes[k].to(gl.float32))
+    for k in gl.static_range(13):
+        gl.store(ptr + (pid * 13 + k) * 128 + i, probes[k].to(gl.float32))
 
 
 @gluon.jit
@@ -65,7 +69,16 @@ PROBES = [
     ("    pid = gl.program_id(0)\n",
      "    pid = gl.program_id(0)\n    c_begin = _clock()\n"
      "    ph0 = _zeros(); ph1 = _zeros(); ph2 = _zeros(); ph3 = _zeros(); ph4 = _zeros(); ph5 = _zeros()\n"
-     "    ph6 = _zeros(); ph7 = _zeros(); ntl = _zeros()\n"),
+     "    ph6 = _zeros(); ph7 = _zeros(); ntl = _zeros(); pq = _zeros(); pe = _zeros(); pm = _zeros()\n"),
+    ("            cum_b = gl.sum(gl.where(bi == b, cum, 0), axis=0)\n",
+     "            d0 = _clock()\n            cum_b = gl.sum(gl.where(bi == b, cum, 0), axis=0)\n"),
+    ("            for t in range(t_begin, t_end):\n",
+     "            pq += _clock() - d0\n            for t in range(t_begin, t_end):\n"),
+    ("            acc = warpgroup_mma_wait(0, deps=acc)\n            inv_l, lse2",
+     "            d2 = _clock()\n            acc = warpgroup_mma_wait(0, deps=acc)\n            inv_l, lse2"),
+    ("                    _merge_parts(part_o_ptr,", "                    d3 = _clock()\n                    _merge_parts(part_o_ptr,"),
+    ("                    gl.store(counter_ptr + b, 0)\n",
+     "                    gl.store(counter_ptr + b, 0)\n                    pm += _clock() - d3\n"),
     ("                acc = warpgroup_mma_wait(0, deps=acc)\n                row_off,",
      "                c0 = _clock()\n                acc = warpgroup_mma_wait(0, deps=acc)\n                c1 = _clock()\n"
      "                ph0 += c1 - c0\n                ntl += 1\n                row_off,"),
@@ -90,8 +103,9 @@ def instrumented(src):
     for a, b in PROBES:
         assert src.count(a) == 1, a
         src = src.replace(a, b)
-    return src.rstrip("\n") + ("\n    c_end = _clock()\n"
-                               "    _store_probes(lse_ptr, pid, (ph0, ph1, ph2, ph3, ph4, ph5, ph6, ph7, ntl, c_end - c_begin))\n")
+    return src.rstrip("\n") + ("\n            pe += _clock() - d2\n    c_end = _clock()\n"
+                               "    _store_probes(lse_ptr, pid, (ph0, ph1, ph2, ph3, ph4, ph5, ph6, ph7, ntl, c_end - c_begin, pq, pe,"
+                               " pm))\n")
 
 
 def probed_module(kernel):
@@ -170,7 +184,12 @@ def main():
                        "program per tile": round(float(w[:, 9].sum() / tiles), 1),
                        # Whole programs (cycles): the slowest against the mean says how even the
                        # split is; against the GPU time, what lies outside the programs.
-                       "program mean": round(float(w[:, 9, 0].mean()), 0), "program max": round(float(w[:, 9, 0].max()), 0)}
+                       "program mean": round(float(w[:, 9, 0].mean()), 0), "program max": round(float(w[:, 9, 0].max()), 0),
+                       # Per program (mean cycles): outside the loop, the merge apart from the rest of a piece's end.
+                       "piece start": round(float(w[:, 10, 0].mean()), 0),
+                       "piece end": round(float((w[:, 11, 0] - w[:, 12, 0]).mean()), 0),
+                       "merge": round(float(w[:, 12, 0].mean()), 0),
+                       "merge in slowest": round(float(w[int(w[:, 9, 0].argmax()), 12, 0]), 0)}
                 rows.append(row)
                 print(row, flush=True)
         del q, kv
