@@ -14,7 +14,6 @@ in ``[0, num_pages)`` (entries past a request's tokens are not read and may hold
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 from dataclasses import dataclass
@@ -189,11 +188,22 @@ def _used_entry_range(pages: PageTable) -> torch.Tensor:
     return extremes
 
 
-@functools.lru_cache(maxsize=64)
 def _positions(device: torch.device, count: int, step: int) -> torch.Tensor:
     """``[0, step, .., (count - 1) * step]`` int64 on ``device``: the first token of each block-table
-    column (step = page size), or each CSR position (step 1). Only ever read."""
-    return torch.arange(0, count * step, step, device=device)
+    column (step = page size), or each CSR position (step 1). A view of one range per (device,
+    step), grown to the next power of two when too short, so that tables whose length changes
+    every step (CSR indices) keep one tensor, not one per length. Only ever read."""
+    base = _POSITIONS.get((device, step))
+    if base is None or base.shape[0] < count:
+        if len(_POSITIONS) >= 64:
+            _POSITIONS.pop(next(iter(_POSITIONS)), None)
+        size = 1 << max(0, count - 1).bit_length()
+        base = _POSITIONS[(device, step)] = torch.arange(0, size * step, step, device=device)
+    return base[:count]
+
+
+#: ``_positions``' ranges per (device, step).
+_POSITIONS: dict = {}
 
 
 class _Extremes(threading.local):
