@@ -226,3 +226,31 @@ def test_plans_and_one_call_decodes_allocate_only_what_they_return(fmt, monkeypa
         with _CountAllocations() as counted:
             call()
         assert counted.allocations <= most, (name, counted.allocations)
+
+
+def test_plans_of_known_chunk_counts_keep_their_own_scale_and_lengths(monkeypatch):
+    """Layouts of other lengths or scales with the chunk counts of one seen before share its work
+    arrays (``_schedule_on_device``), never its scale: each plan launches what plan_key says and
+    decodes as the reference does at its own scale."""
+    from mixmla.kernels.triton import launch
+
+    monkeypatch.setattr(api, "_LAYOUTS", {})
+    q, cache = _batch(seed=7)
+    plans = {}
+    for lens, scale in (([70, 0, 133], None), ([71, 0, 132], None), ([70, 0, 133], 0.01)):
+        p = mixmla.plan(indptr(lens), num_heads=H, sm_scale=scale)
+        assert p._plan._key == launch.plan_key(p._plan.constants)
+        assert p._plan.constants.sm_scale == p.sm_scale
+        out = p.run(q, cache, out=poisoned_out(q.shape[0], H))
+        ref, _ = mla_decode_reference(q, cache, indptr(lens), indptr([1] * len(lens)), p.sm_scale)
+        result = check_strict(out, ref)
+        assert result, result.message
+        plans[tuple(lens), scale] = p
+    a, b, c = plans.values()
+    assert a.schedule is b.schedule and a._plan._work is b._plan._work  # the counts' arrays, shared
+    assert c.sm_scale != a.sm_scale and c._plan.constants.sm_scale == c.sm_scale
+    # A direct schedule's launch constants are shared by the plans of its counts, with their scale.
+    d1 = mixmla.plan(indptr([3, 5, 2]), num_heads=H)
+    d2 = mixmla.plan(indptr([3, 5, 2]), num_heads=H, sm_scale=0.02)
+    assert d1.schedule.direct and d2.schedule.direct
+    assert d1._plan.constants.sm_scale == d1.sm_scale and d2._plan.constants.sm_scale == 0.02

@@ -368,3 +368,62 @@ def test_readme_serving_loop_runs():
     ref, _ = mixmla.mla_decode_reference(env["q"], mixmla.quantize_mxfp4(env["new_kv"]), indptr([70, 5]))
     result = check_strict(env["out"], ref)
     assert result, result.message
+
+
+@pytest.mark.parametrize("form", ["block", "csr"])
+def test_one_call_decodes_check_every_call_and_plan_new_lengths(form):
+    """One-call paged decodes keep no plan that could go stale and skip no check: the same
+    tensors rewritten in place with a page outside the pool or a length beyond the table are
+    rejected on the next call; new lengths (other chunk counts) decode as the reference does."""
+    q, paged, _ = batch("bf16", [37, 0, 300, 5], [1, 1, 1, 1], 16, seed=11)
+    table = paged.block_table if form == "block" else paged.kv_indices
+    pages = paged.block_pages if form == "block" else paged.csr_pages
+
+    def decode():
+        if form == "block":
+            return mixmla.mla_decode_paged(q, paged.cache, paged.block_table, paged.seq_lens, return_lse=True)
+        return mixmla.mla_decode_paged_csr(q, paged.cache, paged.kv_indptr, paged.kv_indices, paged.seq_lens,
+                                           return_lse=True)
+
+    out, lse = decode()
+    assert_matches(out, lse, q, paged, pages, None)
+    flat = table.view(-1)  # entry 0: request 0's first page in either form
+    kept = flat[0].item()
+    flat[0] = paged.cache.num_pages  # one past the pool
+    with pytest.raises(ValueError, match="is not a page of the cache"):
+        decode()
+    flat[0] = kept
+    lens = paged.seq_lens.clone()
+    paged.seq_lens[2] = 10 ** 6  # beyond its pages
+    with pytest.raises(ValueError, match="beyond the table's capacity"):
+        decode()
+    paged.seq_lens.copy_(lens)
+    paged.seq_lens[2] = 60  # new lengths: another chunk count for request 2
+    out, lse = decode()
+    assert_matches(out, lse, q, paged, pages, None)
+
+
+def test_page_entry_checks_of_concurrent_threads_stay_apart():
+    """The page-entry extremes are written into a buffer per thread: a thread whose table is bad
+    is rejected and one whose table is good is not, however their calls interleave."""
+    import threading
+
+    q, good, _ = batch("bf16", [37, 0, 300, 5], [1, 1, 1, 1], 16, seed=12)
+    bad_table = good.block_table.clone()
+    bad_table[0, 0] = good.cache.num_pages
+    errors = {"good": [], "bad": []}
+
+    def loop(name, table):
+        for _ in range(20):
+            try:
+                mixmla.mla_decode_paged(q, good.cache, table, good.seq_lens)
+            except ValueError as err:
+                errors[name].append(err)
+
+    threads = [threading.Thread(target=loop, args=("good", good.block_table)),
+               threading.Thread(target=loop, args=("bad", bad_table))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors["good"] and len(errors["bad"]) == 20

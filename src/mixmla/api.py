@@ -40,30 +40,23 @@ class DecodePlan:
 
     def __init__(self, kv_indptr, qo_indptr=None, num_heads: int = 16, fmt: str = "bf16",
                  sm_scale: float | None = None, device=None, config=None, backend: str = "auto",
-                 _checked: validate.DecodeInputs | None = None, _one_call: tuple | None = None):
+                 _checked: validate.DecodeInputs | None = None):
         if _checked is None:
             kv_ptr, qo_ptr, scale = validate.check_plan_inputs(kv_indptr, qo_indptr, num_heads, fmt, sm_scale,
                                                                device)
-        else:  # mla_decode already checked everything and read the indptrs: don't read them twice
+        else:  # custom_kernel already checked everything and read the indptrs: don't read them twice
             kv_ptr, qo_ptr, scale = _checked.kv_ptr, _checked.qo_ptr, _checked.sm_scale
         kv_host, qo_host = kv_ptr, qo_ptr  # int64 numpy arrays
         self._setup(device if device is not None else kv_indptr.device, kv_host, qo_host, num_heads, fmt, scale,
-                    config, backend, one_call=_one_call)
+                    config, backend)
         self.total_kv = int(kv_host[-1])
-        if _one_call is not None:
-            # Nobody else sees this plan's indptrs: the caller's serve when its kernels read their
-            # dtype (no conversion launched), and a missing qo_indptr is a shared read-only range.
-            self.kv_indptr = self._readable(kv_indptr, kv_host)
-            self.qo_indptr = _request_range(self.device, self.batch) if qo_indptr is None else \
-                self._readable(qo_indptr, qo_host)
-            return
         # The indptrs are kept by reference when already int32 on the device, so that in-place
         # updates between graph replays are seen.
         self.kv_indptr = self._device_int32(kv_indptr, kv_host)
         self.qo_indptr = self._device_int32(qo_indptr, qo_host)
 
     def _setup(self, device, kv_host: np.ndarray, qo_host: np.ndarray, num_heads: int, fmt: str, scale: float,
-               config, backend: str, page_size: int = 0, one_call: tuple | None = None) -> None:
+               config, backend: str, page_size: int = 0) -> None:
         """What every plan does once its inputs are checked: the backend's plan of the layout
         (kv_host: (batch+1,) kv_indptr values, or with page_size > 0 (a paged layout) the (batch,)
         cached-token counts; qo_host (batch+1,); int64 host values; page_size 0 for the contiguous
@@ -81,24 +74,13 @@ class DecodePlan:
         self._out_dtypes = chosen.out_dtypes
         self._plan = planned.take()
         self._memo = None
-        self._allocate(one_call)
+        self._allocate()
 
-    def _allocate(self, one_call: tuple | None) -> None:
-        """The output buffers and the backend's workspace. A plan owns all three, in one
-        allocation. A one-call plan (``one_call = (out, lse)``: whether it needs its own output and
-        lse) allocates only the results it returns, each its own (results that share a storage
-        would alias, which torch's custom operators reject), and takes the workspace from a buffer
-        shared by the one-call plans of its stream: nothing else can use it between them, since
-        these plans run once, right away, and stream order keeps their launches apart."""
+    def _allocate(self) -> None:
+        """The output buffers and the backend's workspace: a plan owns all three, in one
+        allocation. (One-call decodes make no plan: ``_Planned.for_one_call``.)"""
         total_q, heads, device = self.total_q, self.num_heads, self.device
         work = self._plan.workspace_floats
-        if one_call is not None:
-            need_out, need_lse = one_call
-            self.out = torch.empty(total_q, heads, VALUE_DIM, dtype=torch.bfloat16, device=device) if need_out \
-                else None
-            self.lse = torch.empty(total_q, heads, dtype=torch.float32, device=device) if need_lse else None
-            self._plan.use_workspace(_one_call_workspace(device, work) if work else None)
-            return
         rows = total_q * heads
         lse_at = rows * VALUE_DIM // 2  # after the bf16 output, two values per float32 slot
         work_at = _aligned(lse_at + rows)
@@ -247,6 +229,8 @@ def _check_out_dtype(backend: str, dtypes: tuple, out: torch.Tensor | None) -> N
 
 def _plan_device(device) -> torch.device:
     """``device`` as a plan keeps it: a CUDA device always with its index."""
+    if type(device) is torch.device and (device.index is not None or device.type != "cuda"):
+        return device  # already that (a tensor's device): making another costs more than this test
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())

@@ -204,17 +204,16 @@ def _host_values(tensors: Sequence[torch.Tensor]) -> list:
     """
     if not tensors:
         return []
-    if all(t.device.type == "cpu" for t in tensors):  # nothing to transfer
-        return [(t if t.dim() == 1 else t.reshape(-1)).float().numpy() if t.dtype.is_floating_point
-                else (t if t.dim() == 1 else t.reshape(-1)).numpy().astype(np.int64) for t in tensors]
     flat = [t if t.dim() == 1 else t.reshape(-1) for t in tensors]
+    if all([t.is_cpu for t in flat]):  # nothing to transfer (a list: cheaper than a generator here)
+        return [t.float().numpy() if t.dtype.is_floating_point else t.numpy().astype(np.int64) for t in flat]
     return _staged_values([t if t.dtype in _NUMPY_DTYPES else t.to(torch.float32 if t.dtype.is_floating_point
                                                                    else torch.int64) for t in flat])
 
 
 def _staged_values(flat: list) -> list:
     """``_host_values`` of 1-D tensors of ``_NUMPY_DTYPES`` through the staging buffer."""
-    shapes = tuple((t.shape[0], t.dtype) for t in flat)
+    shapes = tuple([(t.shape[0], t.dtype) for t in flat])
     s = _STAGING
     slots = s.views.get(shapes) if s.views is not None else None
     if slots is None:
@@ -222,7 +221,7 @@ def _staged_values(flat: list) -> list:
     # Asynchronous copies are ordered on the stream of their source's device; with tensors of
     # several devices every copy waits.
     device = flat[0].device
-    non_blocking = all(t.device == device for t in flat)
+    non_blocking = all([t.device == device for t in flat])
     last = len(flat) - 1
     out = []
     for i, (t, (dst, raw)) in enumerate(zip(flat, slots)):

@@ -15,7 +15,9 @@ import numpy as np
 import torch
 
 from .. import validate
-from ..api import DecodePlan, _call_identity, _request_range, _wraps_in_place
+from ..formats import VALUE_DIM
+from ..api import (DecodePlan, _call_identity, _check_out_dtype, _plan_device, _planned, _readable, _request_range,
+                   _wraps_in_place)
 from ..kernels.backend import PageTable
 from . import validate as pvalidate
 
@@ -34,7 +36,7 @@ class PagedDecodePlan(DecodePlan):
 
     def __init__(self, pages: PageTable, qo_indptr=None, num_heads: int = 16, fmt: str = "bf16",
                  sm_scale: float | None = None, config=None, backend: str = "auto",
-                 _checked: pvalidate.PagedInputs | None = None, _one_call: tuple | None = None):
+                 _checked: pvalidate.PagedInputs | None = None):
         if _checked is None:
             validate.check_num_heads(num_heads)
             if fmt not in validate.FORMATS:
@@ -48,21 +50,13 @@ class PagedDecodePlan(DecodePlan):
         else:
             scale, kv_lens, qo_host = _checked.sm_scale, _checked.kv_lens, _checked.qo_ptr
         self._setup(pages.seq_lens.device, kv_lens, qo_host, num_heads, fmt, scale, config, backend,
-                    page_size=pages.page_size, one_call=_one_call)
-        for name, t in (("seq_lens" if pages.page_indptr is None else "kv_len", pages.seq_lens),
-                        ("page table", pages.table), ("kv_indptr", pages.page_indptr)):
-            if t is not None and t.dtype not in self.indptr_dtypes:
-                raise TypeError(f"{name} has dtype {t.dtype}, but the {self.backend} kernels read "
-                                f"{self.indptr_dtypes}")
+                    page_size=pages.page_size)
+        _check_table_dtypes(pages, self.backend, self.indptr_dtypes)
         self.page_size = pages.page_size
         self.pages = pages
         self.total_kv = int(kv_lens.sum())
         self.kv_indptr = None
-        if _one_call is not None:  # as for a one-call DecodePlan
-            self.qo_indptr = _request_range(self.device, self.batch) if qo_indptr is None else \
-                self._readable(qo_indptr, qo_host)
-        else:
-            self.qo_indptr = self._device_int32(qo_indptr, qo_host)
+        self.qo_indptr = self._device_int32(qo_indptr, qo_host)
 
     def rebind(self, pages: PageTable) -> None:
         """Read another page table of the same kind, batch and page size from now on (tensors of
@@ -169,17 +163,39 @@ def plan_paged_csr(kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_len: to
     return PagedDecodePlan(pages, qo_indptr, num_heads, fmt, sm_scale, config, backend)
 
 
+def _check_table_dtypes(pages: PageTable, backend: str, dtypes: tuple) -> None:
+    """The page table's tensors must be of ``dtypes``, what the chosen backend's kernels read."""
+    for name, t in (("seq_lens" if pages.page_indptr is None else "kv_len", pages.seq_lens),
+                    ("page table", pages.table), ("kv_indptr", pages.page_indptr)):
+        if t is not None and t.dtype not in dtypes:
+            raise TypeError(f"{name} has dtype {t.dtype}, but the {backend} kernels read {dtypes}")
+
+
 def _decode(q, cache, pages_of, qo_indptr, sm_scale, out, return_lse, config, backend):
-    """A one-call paged decode: check everything (values included), plan, run."""
+    """A one-call paged decode: check everything (values included), plan, run. As ``mla_decode``:
+    no ``PagedDecodePlan`` is made, the layout's backend plan runs on the one-call workspace
+    (``_planned``, ``for_one_call``), and only the results returned are allocated."""
     q = validate.check_q(q)
     paged = pvalidate.check_cache(cache, None, q.device)
     pages = pages_of(paged.page_size, q.device)
-    checked = pvalidate.check_decode_inputs(q, paged, pages, qo_indptr, sm_scale, out)
-    p = PagedDecodePlan(pages, qo_indptr, q.shape[1], paged.format, checked.sm_scale, config, backend,
-                        _checked=checked, _one_call=(out is None, return_lse))
-    out = p.out if out is None else out
-    p._plan.run_paged(q, paged.rows, pages, p.qo_indptr, out, p.lse if return_lse else None)
-    return (out, p.lse) if return_lse else out
+    checked = pvalidate.checked_decode_inputs(q, paged, pages, qo_indptr, sm_scale, out)
+    device = _plan_device(q.device)
+    planned = _planned(device, checked.num_heads, paged.format, checked.sm_scale, checked.kv_lens, checked.qo_ptr,
+                       paged.page_size, config, backend)
+    chosen = planned.backend
+    _check_out_dtype(chosen.name, chosen.out_dtypes, out)
+    ready = planned.for_one_call(device)
+    dtypes = ready.indptr_dtypes
+    _check_table_dtypes(pages, chosen.name, dtypes)
+    # Each result its own allocation, as in mla_decode (results sharing a storage would alias).
+    if out is None:
+        out = torch.empty(checked.total_q, checked.num_heads, VALUE_DIM, dtype=torch.bfloat16, device=device)
+    lse = torch.empty(checked.total_q, checked.num_heads, dtype=torch.float32, device=device) if return_lse \
+        else None
+    qo = _request_range(device, pages.seq_lens.shape[0]) if qo_indptr is None else \
+        _readable(qo_indptr, checked.qo_ptr, device, dtypes)
+    ready.run_paged(q, paged.rows, pages, qo, out, lse)
+    return (out, lse) if return_lse else out
 
 
 def mla_decode_paged(q: torch.Tensor, cache, block_table: torch.Tensor, seq_lens: torch.Tensor, *,

@@ -15,6 +15,7 @@ in ``[0, num_pages)`` (entries past a request's tokens are not read and may hold
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -163,23 +164,67 @@ def check_values(pages: PageTable, num_pages: Optional[int], qo_indptr, total_q:
 
 def _used_entry_range(pages: PageTable) -> torch.Tensor:
     """``[smallest, largest]`` (2,) of the page entries the requests use (the first
-    ``ceil(seq_lens[b] / page_size)`` of each; ``[0, 0]`` when none is), on the table's device, in
-    a few tensor operations and no sync. Any table values are safe here (every index is clamped):
+    ``ceil(seq_lens[b] / page_size)`` of each; an unused entry counts as 0, so ``[0, 0]`` when
+    none is used), on the table's device, in a few tensor operations and no sync: on a GPU's host
+    each operation costs several us, so the positions come from a cached range, unused entries are
+    zeroed in place of a ``where`` (which would make a scalar tensor too), and the two extremes are
+    written into a buffer of this thread instead of being stacked (``_Extremes``: read on the host
+    before this thread calls again). Any table values are safe here (every index is clamped):
     whether the lengths and the CSR indptr were valid is decided on the host afterwards, and the
     range means something only when they were."""
     table, lens, P = pages.table, pages.seq_lens, pages.page_size
     if table.numel() == 0:
         return torch.zeros(2, dtype=table.dtype, device=table.device)
     if pages.page_indptr is None:
-        first_token = torch.arange(0, table.shape[1] * P, P, device=table.device)
-        used = first_token < lens.unsqueeze(1)
+        first_token = _positions(table.device, table.shape[1], P)
+        unused = first_token >= lens.unsqueeze(1)
     else:
         ptr = pages.page_indptr.long()
-        pos = torch.arange(table.shape[0], device=table.device)
+        pos = _positions(table.device, table.shape[0], 1)
         req = torch.searchsorted(ptr[1:], pos, right=True).clamp_(max=lens.shape[0] - 1)
-        used = (pos - ptr[req]) * P < lens[req]
-    lowest, highest = torch.aminmax(torch.where(used, table, 0))
-    return torch.stack((lowest, highest))
+        unused = (pos - ptr[req]) * P >= lens[req]
+    extremes, (lowest, highest) = _EXTREMES.of(table.device, table.dtype)
+    torch.aminmax(table.masked_fill(unused, 0), out=(lowest, highest))
+    return extremes
+
+
+def _positions(device: torch.device, count: int, step: int) -> torch.Tensor:
+    """``[0, step, .., (count - 1) * step]`` int64 on ``device``: the first token of each block-table
+    column (step = page size), or each CSR position (step 1). A view of one range per (device,
+    step), grown to the next power of two when too short, so that tables whose length changes
+    every step (CSR indices) keep one tensor, not one per length. Only ever read."""
+    base = _POSITIONS.get((device, step))
+    if base is None or base.shape[0] < count:
+        if len(_POSITIONS) >= 64:
+            _POSITIONS.pop(next(iter(_POSITIONS)), None)
+        size = 1 << max(0, count - 1).bit_length()
+        base = _POSITIONS[(device, step)] = torch.arange(0, size * step, step, device=device)
+    return base[:count]
+
+
+#: ``_positions``' ranges per (device, step).
+_POSITIONS: dict = {}
+
+
+class _Extremes(threading.local):
+    """Per thread, per (device, dtype): a (2,) tensor and its two elements as 0-d views, which
+    ``_used_entry_range`` writes its minimum and maximum into. Per thread because the caller
+    reads the values before the same thread can call again (one synchronous host read), while
+    another thread's call could overwrite a shared buffer before this one's read."""
+
+    buffers: Optional[dict] = None
+
+    def of(self, device: torch.device, dtype: torch.dtype) -> tuple:
+        if self.buffers is None:
+            self.buffers = {}
+        entry = self.buffers.get((device, dtype))
+        if entry is None:
+            buffer = torch.empty(2, dtype=dtype, device=device)
+            entry = self.buffers[(device, dtype)] = (buffer, (buffer[0], buffer[1]))
+        return entry
+
+
+_EXTREMES = _Extremes()
 
 
 def _check_entries(name: str, table: np.ndarray, starts: np.ndarray, used: np.ndarray, num_pages: int,
@@ -221,8 +266,18 @@ def check_decode_inputs(q, cache, pages: PageTable, qo_indptr=None, sm_scale=Non
     table's structure (already made by ``block_table_pages`` / ``csr_pages``) on q's device;
     qo_indptr (batch+1,) or None; sm_scale; out. With ``check_values_`` the values too."""
     q = validate.check_q(q)
+    paged = check_cache(cache, pages.page_size, q.device)
+    return checked_decode_inputs(q, paged, pages, qo_indptr, sm_scale, out, check_values_)
+
+
+def checked_decode_inputs(q: torch.Tensor, paged: PagedCache, pages: PageTable, qo_indptr=None, sm_scale=None,
+                          out=None, check_values_: bool = True) -> PagedInputs:
+    """``check_decode_inputs`` for a caller that has checked q (``validate.check_q``) and made the
+    pool a ``PagedCache`` on q's device with ``pages.page_size`` tokens per page (``check_cache``)
+    already: the rest of its rules, without repeating those two."""
     device = q.device
-    paged = check_cache(cache, pages.page_size, device)
+    if paged.page_size != pages.page_size:
+        raise ValueError(f"page_size is {pages.page_size} but the cache's pages hold {paged.page_size} tokens")
     scale = validate.check_sm_scale(sm_scale)
     for name, t in zip(("seq_lens" if pages.page_indptr is None else "kv_len", "page table"),
                        (pages.seq_lens, pages.table)):

@@ -20,12 +20,16 @@ INTERPRETED = interpreter.active()
 
 
 @functools.lru_cache(maxsize=64)
-def _schedule_on_device(device: torch.device, nsplit: bytes, rows_max: int, block_r: int, row_blocks: int) -> tuple:
-    """``(Schedule, (work_req, work_split, work_nsplit, split_indptr) int32 on device, their
-    launch signatures)`` of the chunk counts ``nsplit`` (int32 bytes), copied to the device in one
-    transfer. Cached: a schedule
-    depends on its chunk counts only (which stay the same while the lengths grow a little), so a
-    new plan of the same counts makes no copy. The device tensors are only ever read."""
+def _schedule_on_device(device: torch.device, nsplit: bytes, rows_max: int, block_r: int, row_blocks: int,
+                        config: KernelConfig, num_heads: int, sm_scale: float) -> dict:
+    """What a ``TritonPlan`` derives from its layout (``TritonPlan._LAYOUT_PARTS``) for the chunk
+    counts ``nsplit`` (int32 bytes): the ``Schedule``, its (work_req, work_split, work_nsplit,
+    split_indptr) int32 on device (copied in one transfer) and their launch signatures, the
+    workspace size and the launch key's layout part. Cached: everything here depends on the
+    chunk counts, not the lengths (which grow a little from one step of a serving loop to the
+    next while the counts stay), so a plan of new lengths with known counts makes no copy and
+    recomputes nothing. The device tensors are only ever read; plans copy the dict's entries into
+    their own ``__dict__`` (``_parts``: the dict itself, what ``TritonPlan.fresh`` copies)."""
     s = schedule_of_splits(np.frombuffer(nsplit, dtype=np.int32), rows_max, block_r, row_blocks)
     arrays = (s.work_req, s.work_split, s.work_nsplit, s.split_indptr)
     packed = torch.from_numpy(np.concatenate(arrays)).to(device)
@@ -33,7 +37,19 @@ def _schedule_on_device(device: torch.device, nsplit: bytes, rows_max: int, bloc
     for a in arrays:
         work.append(packed[start:start + a.shape[0]])
         start += a.shape[0]
-    return s, tuple(work), launch.signatures(work)
+    work = tuple(work)
+    signatures = launch.signatures(work)
+    direct_constants = None
+    if s.direct:  # no workspace: the launch constants are the same for every plan of these counts
+        unused = _unused_workspace(device)
+        direct_constants = launch.PlanConstants(s, work, (unused, unused), sm_scale, num_heads, config, INTERPRETED)
+    parts = dict(config=config, schedule=s, _work=work, _work_signatures=signatures, _device=device,
+                 _sm_scale=sm_scale, _num_heads=num_heads,
+                 workspace_floats=0 if s.direct else s.num_work * s.rows_max * (VALUE_DIM + 1),
+                 _layout_key=launch.layout_key(s, config, num_heads, INTERPRETED, signatures),
+                 _direct_constants=direct_constants)
+    parts["_parts"] = parts
+    return parts
 
 
 @functools.lru_cache(maxsize=16)
@@ -50,42 +66,38 @@ class TritonPlan(BackendPlan):
 
     def __init__(self, layout: Layout, config: KernelConfig | None):
         rows_max = layout.rows_max
-        self.config = c = config or default_config(layout.fmt, rows_max)
+        c = config or default_config(layout.fmt, rows_max)
         block_r = block_rows(rows_max)
         row_blocks = -(-rows_max // block_r)
         nsplit = splits_per_request(layout.kv_lens, device_sm_count(layout.device) * c.items_per_sm / row_blocks,
                                     max(c.min_chunk, c.block_t), layout.total_kv)
-        self.schedule, self._work, self._work_signatures = _schedule_on_device(
-            layout.device, nsplit.tobytes(), rows_max, block_r, row_blocks)
-        self._device, self._sm_scale, self._num_heads = layout.device, layout.sm_scale, layout.num_heads
-        s = self.schedule
-        self.workspace_floats = 0 if s.direct else s.num_work * s.rows_max * (VALUE_DIM + 1)
-        self._layout_key = launch.layout_key(s, c, layout.num_heads, INTERPRETED, self._work_signatures)
-
-    #: What ``__init__`` derives from the layout and config (``fresh`` copies these).
-    _LAYOUT_PARTS = ("config", "schedule", "_work", "_work_signatures", "_device", "_sm_scale", "_num_heads",
-                     "workspace_floats", "_layout_key")
+        self.__dict__.update(_schedule_on_device(layout.device, nsplit.tobytes(), rows_max, block_r, row_blocks, c,
+                                                 layout.num_heads, layout.sm_scale))
 
     def fresh(self) -> "TritonPlan":
         other = TritonPlan.__new__(TritonPlan)
-        mine = self.__dict__
-        other.__dict__.update({name: mine[name] for name in self._LAYOUT_PARTS})
+        other.__dict__.update(self._parts)  # what __init__ derived from the layout, nothing use_workspace set
         return other
 
     def use_workspace(self, buffer: torch.Tensor | None, offset: int = 0) -> None:
         s = self.schedule
         if s.direct:
-            part_o = part_lse = _unused_workspace(self._device)
+            # No partial buffers: the constants of every plan of these counts, and the shared
+            # dummy's signature (launch.plan_key's).
+            part_o = _unused_workspace(self._device)
+            self.constants = self._direct_constants
+            signature = launch._signature(part_o)
+            self._key = self._layout_key + ((signature, signature),)
         else:
             rows = s.num_work * s.rows_max
             part_o = buffer.as_strided((s.num_work, s.rows_max, VALUE_DIM), (s.rows_max * VALUE_DIM, VALUE_DIM, 1),
                                        offset)
             part_lse = buffer.as_strided((s.num_work, s.rows_max), (s.rows_max, 1), offset + rows * VALUE_DIM)
-        self.constants = launch.PlanConstants(s, self._work, (part_o, part_lse), self._sm_scale, self._num_heads,
-                                              self.config, INTERPRETED)
+            self.constants = launch.PlanConstants(s, self._work, (part_o, part_lse), self._sm_scale, self._num_heads,
+                                                  self.config, INTERPRETED)
+            self._key = self._layout_key + (launch.signatures((part_o, part_lse)),)  # launch.plan_key's
         # Compiled launches on CUDA, shared by every plan; the interpreter has nothing to compile.
         self._compiled = launch.SHARED if part_o.is_cuda and not INTERPRETED else None
-        self._key = self._layout_key + (launch.signatures((part_o, part_lse)),)  # launch.plan_key's
 
     def run(self, q, cache, kv_indptr, qo_indptr, out, lse):
         return self._launch(q, cache, kv_indptr, qo_indptr, out, lse, None)
