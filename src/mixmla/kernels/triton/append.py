@@ -103,13 +103,16 @@ def append_kv_kernel(kv_ptr, kv_stride, slots, num_slots, out_ptr, out_stride, s
     ok = (slot >= 0) & (slot < num_slots)
     src = kv_ptr + i.to(tl.int64) * kv_stride
     dst = out_ptr + slot * out_stride
+    # The source row is read whatever the slot (row i always exists), so its load does not wait
+    # for the slot's: only the stores depend on it.
     if FORMAT == FMT_MXFP4:
         blk = tl.arange(0, 32)[:, None]
         j = tl.arange(0, 16)[None, :]
-        m = (blk < MX_BLOCKS) & ok
+        rd = blk < MX_BLOCKS
+        m = rd & ok
         # Even and odd values of each 32-value block: they share a byte, low and high nibble.
-        even = _bf16_bits_to_f32(tl.load(src + blk * 32 + 2 * j, mask=m, other=0))
-        odd = _bf16_bits_to_f32(tl.load(src + blk * 32 + 2 * j + 1, mask=m, other=0))
+        even = _bf16_bits_to_f32(tl.load(src + blk * 32 + 2 * j, mask=rd, other=0))
+        odd = _bf16_bits_to_f32(tl.load(src + blk * 32 + 2 * j + 1, mask=rd, other=0))
         amax = tl.maximum(tl.max(tl.abs(even), axis=1), tl.max(tl.abs(odd), axis=1))
         e = block_exponent(amax)
         inv = _pow2(-e)[:, None]
@@ -120,7 +123,7 @@ def append_kv_kernel(kv_ptr, kv_stride, slots, num_slots, out_ptr, out_stride, s
     else:
         cols = tl.arange(0, ROW_POW2)
         m = (cols < ROW) & ok
-        x = tl.load(src + cols, mask=m, other=0)
+        x = tl.load(src + cols, mask=cols < ROW, other=0)
         if FORMAT == FMT_FP8 or FORMAT == FMT_FP8_FNUZ:
             FNUZ: tl.constexpr = FORMAT == FMT_FP8_FNUZ
             FMAX: tl.constexpr = 240.0 if FNUZ else 448.0
