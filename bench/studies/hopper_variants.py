@@ -4,7 +4,7 @@
 is a module name under ``mixmla.kernels.gluon`` or a ``.py`` path, defining ``mla_decode_hopper_kernel`` with the
 shipped signature (a copy of decode.py with one change, or a package holding such a copy); it may
 declare NUM_WARPS, MAX_REGISTERS and PROGRAMS_PER_SM for its compile and grid (``_decoder``).
-``--paged`` also times, on the shapes of at least ``PAGED_MIN_TOKENS`` cached tokens, each kernel
+``--shapes 256x8192,...`` replaces the default shapes. ``--paged`` also times, on the shapes of at least ``PAGED_MIN_TOKENS`` cached tokens, each kernel
 reading the same batch through a block table of shuffled pages of each listed size
 (``mixmla.paged.scatter_to_pages``; rows no request owns decode to NaN). Checks: the strict check
 against the reference where it is affordable, a variant's output bitwise the shipped one's
@@ -78,11 +78,11 @@ def _timed(fn, flusher):
     return round(gpu_time(fn, flusher, warm_s=0.1, time_cap_s=0.4).median_us, 1)
 
 
-def main(outdir, modules, page_sizes=()):
+def main(outdir, modules, page_sizes=(), shapes=SHAPES):
     os.makedirs(outdir, exist_ok=True)
     flusher = L2Flusher(mode="read")
     rows = []
-    for b, l in SHAPES:
+    for b, l in shapes:
         q, kv, qo, kvp, _ = generate_input(b, 1, l, seed=b + l, device="cuda")
         for fmt in ("fp8", "mxfp4"):
             cache = as_cache(kv[fmt])
@@ -134,4 +134,9 @@ if __name__ == "__main__":
         i = args.index("--paged")
         sizes = tuple(int(x) for x in args[i + 1].split(","))
         args = args[:i] + args[i + 2:]
-    main(sys.argv[1], args, sizes)
+    shapes = SHAPES
+    if "--shapes" in args:
+        i = args.index("--shapes")
+        shapes = [tuple(int(v) for v in x.split("x")) for x in args[i + 1].split(",")]
+        args = args[:i] + args[i + 2:]
+    main(sys.argv[1], args, sizes, shapes)
