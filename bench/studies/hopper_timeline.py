@@ -36,7 +36,9 @@ PHASES = ["wait values", "rows", "chunks", "wait scores", "max", "exp+rescale", 
 #: bounds, query staging, first loads), from its last tile to its end (the last value products,
 #: output or partial stores, fence, count; the merge included), and the merge alone.
 PIECE = ["piece start", "piece end", "merge"]
-NPROBES = 13
+#: Piece start split: request bounds; first tile's page entries, loads and prefetch issued; query staged.
+START = ["bounds", "first loads", "query"]
+NPROBES = 16
 
 HELPERS = '''
 
@@ -57,8 +59,8 @@ def _zeros():
 def _store_probes(ptr, pid, probes):
     one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     i = gl.arange(0, 128, layout=one)
-    for k in gl.static_range(13):
-        gl.store(ptr + (pid * 13 + k) * 128 + i, probes[k].to(gl.float32))
+    for k in gl.static_range(16):
+        gl.store(ptr + (pid * 16 + k) * 128 + i, probes[k].to(gl.float32))
 
 
 @gluon.jit
@@ -69,7 +71,12 @@ PROBES = [
     ("    pid = gl.program_id(0)\n",
      "    pid = gl.program_id(0)\n    c_begin = _clock()\n"
      "    ph0 = _zeros(); ph1 = _zeros(); ph2 = _zeros(); ph3 = _zeros(); ph4 = _zeros(); ph5 = _zeros()\n"
-     "    ph6 = _zeros(); ph7 = _zeros(); ntl = _zeros(); pq = _zeros(); pe = _zeros(); pm = _zeros()\n"),
+     "    ph6 = _zeros(); ph7 = _zeros(); ntl = _zeros(); pq = _zeros(); pe = _zeros(); pm = _zeros()\n"
+     "    sa = _zeros(); sb = _zeros(); sc = _zeros()\n"),
+    ("            # A tile's page entries are read two tiles before its rows",
+     "            e1 = _clock()\n            sa += e1 - d0\n            # A tile's page entries are read two tiles before its rows"),
+    ("            q_mult = _stage_query(", "            e2 = _clock()\n            sb += e2 - e1\n            q_mult = _stage_query("),
+    ("            qk = (sm_scale * LOG2E * kscale)", "            sc += _clock() - e2\n            qk = (sm_scale * LOG2E * kscale)"),
     ("            cum_b = gl.sum(gl.where(bi == b, cum, 0), axis=0)\n",
      "            d0 = _clock()\n            cum_b = gl.sum(gl.where(bi == b, cum, 0), axis=0)\n"),
     ("            for t in range(t_begin, t_end):\n",
@@ -105,7 +112,7 @@ def instrumented(src):
         src = src.replace(a, b)
     return src.rstrip("\n") + ("\n            pe += _clock() - d2\n    c_end = _clock()\n"
                                "    _store_probes(lse_ptr, pid, (ph0, ph1, ph2, ph3, ph4, ph5, ph6, ph7, ntl, c_end - c_begin, pq, pe,"
-                               " pm))\n")
+                               " pm, sa, sb, sc))\n")
 
 
 def probed_module(kernel):
@@ -189,7 +196,8 @@ def main():
                        "piece start": round(float(w[:, 10, 0].mean()), 0),
                        "piece end": round(float((w[:, 11, 0] - w[:, 12, 0]).mean()), 0),
                        "merge": round(float(w[:, 12, 0].mean()), 0),
-                       "merge in slowest": round(float(w[int(w[:, 9, 0].argmax()), 12, 0]), 0)}
+                       "merge in slowest": round(float(w[int(w[:, 9, 0].argmax()), 12, 0]), 0),
+                       **{name: round(float(w[:, 13 + k, 0].mean()), 0) for k, name in enumerate(START)}}
                 rows.append(row)
                 print(row, flush=True)
         del q, kv
