@@ -146,11 +146,18 @@ def test_bad_block_table_is_a_value_error(case):
         p.run(q, paged.cache)
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["small-table", "wide-table"])
 @pytest.mark.parametrize("entry", [-1, "num_pages", 2 ** 30])
-def test_unchecked_run_skips_pages_outside_the_pool(entry):
+def test_unchecked_run_skips_pages_outside_the_pool(entry, wide):
     """Without check=True a bad page entry is the caller's error, yet the kernel reads nothing
-    outside the pool: that page's tokens are not seen, the request's other tokens are."""
-    q, paged, _ = batch("bf16", [20, 3], [1, 1], 16, seed=6)
+    outside the pool: that page's tokens are not seen, the request's other tokens are. Request 0
+    is shorter than a tile and its first page is the bad one, so the row that replaces its
+    positions past the end must be found among its other pages (``paging.gather_fill``), in a
+    table too small for a tile's window of entries and in one that holds it."""
+    from mixmla.kernels.triton.paging import wide_table
+
+    q, paged, _ = batch("bf16", [20, 3, 200] if wide else [20, 3], [1] * (3 if wide else 2), 16, seed=6)
+    assert wide_table(16, paged.block_table.numel()) == wide
     good_page = int(paged.block_table[0, 1])
     p = mixmla.plan_paged(paged.block_table, paged.seq_lens, 16)
     paged.block_table[0, 0] = paged.cache.num_pages if entry == "num_pages" else entry

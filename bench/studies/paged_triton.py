@@ -2,9 +2,10 @@
 process on the same inputs: each shape and format contiguous, in pages of 1 token and of 64, the
 pages of every request in a seeded random order in the pool (``mixmla.paged.scatter_to_pages``).
 With ``--baseline FILE`` it also times, on the same paged plans, another decode kernel: a module
-file defining ``mla_decode_kernel_baseline`` with the shipped parameters minus the trailing
-``LOOP_STAGES`` (the kernel before PERF step 44: ``git show
-1c07946:bench/studies/paged_triton_baseline.py > old.py``).
+file defining ``mla_decode_kernel_baseline`` whose parameters are a subset of the shipped kernel's
+(same names; each gets the shipped launch's value): main's kernel at 982e0da, before the windowed
+gather, is ``bench/studies/paged_triton_baseline_main.py``; the kernel before PERF step 44 is
+``git show 1c07946:bench/studies/paged_triton_baseline.py``.
 
     PYTHONPATH=src python bench/studies/paged_triton.py --out DIR [--baseline old.py]
     PYTHONPATH=src python bench/studies/paged_triton.py --cpu-smoke    # tiny shapes, interpreter
@@ -71,8 +72,9 @@ def baseline_runner(kernel, pplan, q, paged_batch, out):
     launches = tlaunch.launches(pplan._plan.constants, q, paged_batch.cache.rows, None, pplan.qo_indptr, out, None,
                                 pplan.pages)
     decode = launches[0]
-    # The baseline kernel takes the same parameters minus the trailing LOOP_STAGES.
-    launches[0] = tlaunch.Launch(kernel, decode.grid, decode.args[:-1], decode.options)
+    # By name: a baseline kernel lacks the parameters added since it was taken.
+    value = dict(zip(decode.kernel.arg_names, decode.args))
+    launches[0] = tlaunch.Launch(kernel, decode.grid, tuple(value[n] for n in kernel.arg_names), decode.options)
 
     def run():
         for one in launches:

@@ -28,7 +28,7 @@ from ...schedule import Schedule, device_sm_count
 from .combine import mla_combine_kernel
 from .configs import KernelConfig
 from .decode import mla_decode_kernel
-from .paging import loop_stages
+from .paging import loop_stages, rows32, wide_table
 from ..backend import PageTable
 from ..constants import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
 
@@ -82,16 +82,19 @@ class PlanConstants(NamedTuple):
 
 
 def page_arguments(pages: PageTable | None, cache: KVCache) -> tuple:
-    """``(pages, page_stride, page_indptr, max_pages, num_pages, PAGE_SIZE, CSR)`` for the decode
-    kernel (``paging``): the page table of a paged call, or the contiguous layout's unused values
-    (PAGE_SIZE 0) when ``pages`` is None. ``cache`` holds the pool's pages as rows."""
+    """``(pages, page_stride, page_indptr, max_pages, num_pages, table_len, PAGE_SIZE, CSR)`` for
+    the decode kernel (``paging``): the page table of a paged call, or the contiguous layout's
+    unused values (PAGE_SIZE 0) when ``pages`` is None. ``cache`` holds the pool's pages as rows;
+    table_len: the entries from the table's first to one past its last (what the kernel may read)."""
     if pages is None:
-        return None, 0, None, 0, 0, 0, False
+        return None, 0, None, 0, 0, 0, 0, False
     num_pages = cache.num_tokens // pages.page_size
+    table = pages.table
     if pages.page_indptr is None:  # a block table
-        table = pages.table
-        return table, table.stride(0), None, table.shape[1], num_pages, pages.page_size, False
-    return pages.table, 0, pages.page_indptr, 0, num_pages, pages.page_size, True
+        rows, width = table.shape
+        table_len = (rows - 1) * table.stride(0) + width if rows and width else 0
+        return table, table.stride(0), None, width, num_pages, table_len, pages.page_size, False
+    return table, 0, pages.page_indptr, 0, num_pages, table.shape[0], pages.page_size, True
 
 
 def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor | None,
@@ -106,7 +109,7 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
     """
     s, config = plan.schedule, plan.config
     fmt, kv, kv_stride, scales, scale_stride = cache_arguments(cache)
-    table, page_stride, page_indptr, max_pages, num_pages, page_size, csr = page_arguments(pages, cache)
+    table, page_stride, page_indptr, max_pages, num_pages, table_len, page_size, csr = page_arguments(pages, cache)
     if pages is not None:
         kv_indptr = pages.seq_lens
     work_req, work_split, work_nsplit, split_indptr = plan.work
@@ -119,7 +122,7 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
         q, q_stride[0], q_stride[1],
         kv, kv_stride, scales, scale_stride,
         kv_indptr, qo_indptr,
-        table, page_stride, page_indptr, max_pages, num_pages,
+        table, page_stride, page_indptr, max_pages, num_pages, table_len,
         work_req, work_split, work_nsplit,
         out, out_stride[0], out_stride[1], lse_arg, lse_stride,
         part_o, part_lse, s.rows_max,
@@ -128,6 +131,8 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
         page_size, csr,
         loop_stages(page_size, config.block_t, config.num_stages, s.num_work * s.row_blocks,
                     device_sm_count(q.device)) if page_size else None,
+        rows32(page_size, cache.num_tokens, kv_stride, scale_stride),
+        wide_table(page_size, table_len),
     ), _options(config.num_warps, config.num_stages))
     if s.direct:
         return [decode]
@@ -210,9 +215,17 @@ def call_key(q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor | None, qo
            _signature(out), _signature(lse))
     if pages is None:
         return key
-    table, page_stride, page_indptr, max_pages, num_pages, page_size, csr = page_arguments(pages, cache)
-    return key + (page_size, csr, _signature(pages.seq_lens), _signature(table), _signature(page_indptr),
-                  _int_spec(page_stride), _int_spec(max_pages), _int_spec(num_pages))
+    table, page_stride, page_indptr, max_pages, num_pages, table_len, page_size, csr = page_arguments(pages, cache)
+    return key + (page_size, csr, _rows32(page_size, cache),
+                  _signature(pages.seq_lens), _signature(table), _signature(page_indptr),
+                  _int_spec(page_stride), _int_spec(max_pages), _int_spec(num_pages), _int_spec(table_len),
+                  wide_table(page_size, table_len))
+
+
+def _rows32(page_size: int, cache: KVCache) -> bool:
+    # What ``launches`` passes as ROWS32 (``cache_arguments``' strides: fp8 views keep 1-byte elements).
+    scale_stride = cache.scales.stride(0) if isinstance(cache, Mxfp4Cache) else None
+    return rows32(page_size, cache.num_tokens, cache.data.stride(0), scale_stride)
 
 
 def launch_compiled(kernel: CompiledKernel, grid: tuple, stream: int, args: tuple) -> None:
