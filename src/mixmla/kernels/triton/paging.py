@@ -65,6 +65,22 @@ def loop_stages(page_size: int, block_t: int, num_stages: int, programs: int, nu
     return 2 * num_stages - 1 if deeper else None
 
 
+def windowed_gather(page_size: int, block_t: int, num_stages: int, programs: int, num_sms: int) -> bool:
+    """``WINDOW`` of the decode kernel: whether a gathered tile (pages smaller than a tile) reads
+    its page entries as one window of consecutive table entries (``token_rows``), or one entry per
+    token position, masked at the chunk's end (the gather before PERF step 54). The arguments are
+    ``loop_stages``', and the window is taken exactly where that takes its deeper loop: grids of
+    at most one program per SM.
+
+    Why (PERF step 54, H200): there the window was faster than the per-token gather (fewer
+    registers and loop instructions); in the direct grids of two programs per SM at the launch's
+    stages it was slower, though it compiles to fewer registers and instructions there too (why is
+    not known), so those keep the per-token gather. The rule follows the pipeline rather than the
+    format: MXFP4's grids of two programs per SM, where the window also measured faster, keep the
+    per-token gather too. The compiled kernels differ, so the launcher's call key holds the flag."""
+    return loop_stages(page_size, block_t, num_stages, programs, num_sms) is not None
+
+
 @triton.jit
 def tile_pages(first, t0, t_end, pages, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr):
     """The page-table entry (int64 scalar: a wide entry must not wrap into the pool) of the tile of token positions ``t0 .. t0 + BLOCK_T``
@@ -107,13 +123,15 @@ def _in_pool(entry, num_pages):
 
 
 @triton.jit
-def gather_fill(first, kv_len, pages, num_pages, table_len, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr):
+def gather_fill(first, kv_len, pages, num_pages, table_len, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr,
+                WINDOW: tl.constexpr):
     """``(kv_len, fill)`` for ``token_rows`` of a request whose ``request_tokens`` gave ``(first,
     kv_len)``: ``fill``, the row (int64) of the first of its tokens whose page is in the pool among
-    its first ``MAX_BLOCK_T`` tokens, which a gathered tile reads for its positions outside the
-    request; and ``kv_len`` set to 0 when the request is no longer than that and no page of it is in
-    the pool (it sees nothing). Pages of a tile or more, and contiguous rows: ``(kv_len, 0)``."""
-    if PAGE_SIZE == 0 or PAGE_SIZE % BLOCK_T == 0:
+    its first ``MAX_BLOCK_T`` tokens, which a windowed tile (WINDOW) reads for its positions outside
+    the request; and ``kv_len`` set to 0 when the request is no longer than that and no page of it is
+    in the pool (it sees nothing). Pages of a tile or more, contiguous rows and the per-token gather
+    (WINDOW False): ``(kv_len, 0)``."""
+    if PAGE_SIZE == 0 or PAGE_SIZE % BLOCK_T == 0 or not WINDOW:
         return kv_len, tl.zeros((), tl.int64)
     else:
         # A scalar search that ends at the first entry in the pool, almost always the first one:
@@ -133,7 +151,7 @@ def gather_fill(first, kv_len, pages, num_pages, table_len, PAGE_SIZE: tl.conste
 
 @triton.jit
 def token_rows(first, kv_len, fill, t0, tok_ok, page, pages, num_pages, table_len, PAGE_SIZE: tl.constexpr,
-               BLOCK_T: tl.constexpr, ROWS32: tl.constexpr, WIDE_TABLE: tl.constexpr):
+               BLOCK_T: tl.constexpr, ROWS32: tl.constexpr, WIDE_TABLE: tl.constexpr, WINDOW: tl.constexpr):
     """``(rows, read, seen, back)`` of the tile of token positions ``t0 .. t0 + BLOCK_T`` (t0 a
     multiple of BLOCK_T, below the request's ``kv_len``) of a request whose ``request_tokens`` gave
     ``first``: the cache rows (T,) to load, which of them to load (``read``), which hold a token
@@ -147,9 +165,11 @@ def token_rows(first, kv_len, fill, t0, tok_ok, page, pages, num_pages, table_le
     arithmetic and registers; ``read`` and ``seen`` are ``tok_ok`` narrowed to an entry in the pool.
     Rows are int64 in both.
 
-    Smaller pages are gathered token by token, and the caller masks the scores by position
-    (``gathered_visible``), not by ``tok_ok``. The tile's page entries are read as one window of
-    consecutive entries: a pointer and constant offsets, where per-token entry addresses would be
+    Smaller pages are gathered token by token. Without WINDOW (``windowed_gather``) each position
+    below the chunk's end reads its own entry, ``read`` and ``seen`` are ``tok_ok`` narrowed to an
+    entry in the pool, ``back`` is 0 and rows are int64. With WINDOW the caller masks the scores by
+    position (``gathered_visible``), not by ``tok_ok``, and the tile's page entries are read as one
+    window of consecutive entries: a pointer and constant offsets, where per-token entry addresses would be
     64-bit registers (16 of them a thread at 4 warps) that made the 16-row bf16 program spill. The
     window ends at the request's last full tile when the tile would pass the request (``back`` > 0:
     its first positions were seen by the previous tile), so that every position it holds is a token
@@ -167,6 +187,10 @@ def token_rows(first, kv_len, fill, t0, tok_ok, page, pages, num_pages, table_le
     elif PAGE_SIZE % BLOCK_T == 0:
         ok = tok_ok & (page >= 0) & (page < num_pages)
         return page * PAGE_SIZE + (t0 % PAGE_SIZE) + tl.arange(0, BLOCK_T), ok, ok, 0
+    elif not WINDOW:
+        entry = tl.load(pages + first + pos // PAGE_SIZE, mask=tok_ok, other=0).to(tl.int64)
+        ok = tok_ok & (entry >= 0) & (entry < num_pages)
+        return entry * PAGE_SIZE + pos % PAGE_SIZE, ok, ok, 0
     else:
         ENTRIES: tl.constexpr = BLOCK_T // PAGE_SIZE
         i = tl.arange(0, BLOCK_T)
