@@ -69,16 +69,17 @@ def windowed_gather(page_size: int, block_t: int, num_stages: int, programs: int
     """``WINDOW`` of the decode kernel: whether a gathered tile (pages smaller than a tile) reads
     its page entries as one window of consecutive table entries (``token_rows``), or one entry per
     token position, masked at the chunk's end (the gather before PERF step 54). The arguments are
-    ``loop_stages``', and the window is taken exactly where that takes its deeper loop: grids of
-    at most one program per SM.
+    ``loop_stages``'. The window is taken for gathered pages in tiles of at most 64 tokens, except
+    in grids of more programs than SMs whose loop runs at more than two stages.
 
-    Why (PERF step 54, H200): there the window was faster than the per-token gather (fewer
-    registers and loop instructions); in the direct grids of two programs per SM at the launch's
-    stages it was slower, though it compiles to fewer registers and instructions there too (why is
-    not known), so those keep the per-token gather. The rule follows the pipeline rather than the
-    format: MXFP4's grids of two programs per SM, where the window also measured faster, keep the
-    per-token gather too. The compiled kernels differ, so the launcher's call key holds the flag."""
-    return loop_stages(page_size, block_t, num_stages, programs, num_sms) is not None
+    Why (PERF step 54, H200): the window was faster wherever it was timed but in the bf16 grids of
+    256 direct requests (more programs than SMs, three stages, where ``loop_stages`` keeps the
+    launch's stages), where it was slower, though it compiles to fewer registers and instructions
+    there too (why is not known); MXFP4's grids of more programs than SMs, at two stages, gained
+    from it. The compiled kernels differ, so the launcher's call key holds the flag."""
+    if not page_size or page_size % block_t == 0 or block_t > 64:
+        return False
+    return programs <= num_sms or num_stages <= 2
 
 
 @triton.jit
