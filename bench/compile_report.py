@@ -6,7 +6,8 @@ What is compiled is what a call would launch: ``mixmla.kernels.triton.compile`` 
 argument lists with the launcher's own code and specializes them as Triton's dispatcher does.
 
     PYTHONPATH=src python3 bench/compile_report.py [--fmt fp8] [--heads 16] [--lq 1] [--direct]
-        [--lse] [--fnuz] [--config block_t=32,num_stages=2] [--loop] [--dump DIR]
+        [--lse] [--fnuz] [--page 1 [--gather window|token]] [--config block_t=32,num_stages=2] [--loop]
+        [--dump DIR]
     PYTHONPATH=src python3 bench/compile_report.py --all DIR        # every default configuration
     PYTHONPATH=src python3 bench/compile_report.py --compare BEFORE AFTER
 
@@ -33,6 +34,7 @@ os.environ["TRITON_INTERPRET"] = "0"
 
 from mixmla.kernels.triton import compile as tc  # noqa: E402
 from mixmla.kernels.triton.configs import default_config  # noqa: E402
+from mixmla.kernels.triton.launch import with_arguments  # noqa: E402
 from mixmla.schedule import rows_per_request  # noqa: E402
 
 DEFAULT_SHAPES = [(fmt, heads, lq, direct, lse, fnuz)
@@ -83,12 +85,16 @@ def _config(text: str | None, fmt: str, rows: int):
     return cfg
 
 
-def compile_shape(fmt, heads, lq, direct, lse=False, fnuz=False, config=None):
-    """The compiled kernels (decode, then combine when split) of one call of that shape."""
-    layout = tc.example_layout(fmt, heads, lq, split=not direct)
+def compile_shape(fmt, heads, lq, direct, lse=False, fnuz=False, config=None, page=0, gather=None):
+    """The compiled kernels (decode, then combine when split) of one call of that shape (in pages
+    of ``page`` tokens read through a block table when it is > 0; ``gather`` 'window' or 'token'
+    forces the decode kernel's WINDOW, which the launcher chooses by the grid otherwise)."""
+    layout = tc.example_layout(fmt, heads, lq, split=not direct, page_size=page)
     cfg = _config(config, fmt, rows_per_request(layout.q_lens, heads))
     plan, launches = tc.plan_launches(layout, cfg, write_lse=lse, fnuz=fnuz)
     assert plan.schedule.direct == direct, (fmt, heads, lq, direct)
+    if gather is not None:
+        launches[0] = with_arguments(launches[0], WINDOW=gather == "window")
     return [(launch.kernel.fn.__name__, tc.compile_launch(launch)) for launch in launches]
 
 
@@ -153,6 +159,9 @@ def main():
     ap.add_argument("--direct", action="store_true", help="the single-chunk plan (no partials, no combine)")
     ap.add_argument("--lse", action="store_true", help="also write the log-sum-exp")
     ap.add_argument("--fnuz", action="store_true", help="fp8 as e4m3fnuz")
+    ap.add_argument("--page", type=int, default=0, help="pages of this many tokens (0: contiguous)")
+    ap.add_argument("--gather", choices=("window", "token"),
+                    help="force the gather of pages smaller than a tile (default: the launcher's choice)")
     ap.add_argument("--config", help="KernelConfig fields over the default, e.g. block_t=32,num_stages=2")
     ap.add_argument("--loop", action="store_true", help="print the token loop's SASS instruction counts")
     ap.add_argument("--dump", metavar="DIR", help="write each kernel's TTGIR, PTX, cubin and SASS")
@@ -166,7 +175,7 @@ def main():
         return 0
     for fmt in a.fmt.split(","):
         t = time.time()
-        for name, k in compile_shape(fmt, a.heads, a.lq, a.direct, a.lse, a.fnuz, a.config):
+        for name, k in compile_shape(fmt, a.heads, a.lq, a.direct, a.lse, a.fnuz, a.config, a.page, a.gather):
             r = tc.resources(k)
             print(f"{fmt} {name}: regs={r['registers']} stack={r['stack']} shared={k.metadata.shared} "
                   f"({time.time() - t:.0f}s)", flush=True)

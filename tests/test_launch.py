@@ -71,7 +71,8 @@ def test_equal_call_keys_mean_equal_specializations(fmt):
     kv_lens, heads, calls = _calls(fmt)
     p = api.plan(indptr(kv_lens), num_heads=heads, fmt=fmt)
     assert not p.schedule.direct  # decode and combine
-    keyed = [(launch.call_key(*c), _specialization(launch.launches(p._plan.constants, *c))) for c in calls]
+    keyed = [(launch.call_key(p._plan.constants, *c), _specialization(launch.launches(p._plan.constants, *c)))
+             for c in calls]
     keys = {}
     for key, spec in keyed:
         keys.setdefault(key, []).append(spec)
@@ -119,10 +120,39 @@ def test_equal_plan_and_call_keys_mean_equal_specializations_across_plans(fmt):
             q, cache, kv_indptr, qo_indptr, out, lse = c
             if q.shape[1] != p.num_heads or (p.total_q != q.shape[0]):
                 continue
-            key = (launch.plan_key(p._plan.constants), launch.call_key(*c))
+            key = (launch.plan_key(p._plan.constants), launch.call_key(p._plan.constants, *c))
             spec = _triton_specialization(launch.launches(p._plan.constants, *c))
             assert seen.setdefault(key, spec) == spec, f"plan {p} and call key {key[1]} specialize differently"
     assert len(seen) > 1
+
+
+def test_paged_call_keys_hold_the_gathered_loop():
+    """A paged call's LOOP_STAGES and WINDOW depend on the plan's grid (``paging.loop_stages``,
+    ``paging.windowed_gather``), which ``plan_key`` does not hold: two direct plans of equal plan
+    keys, one of fewer programs than SMs (132 on CPU) and one of more, launch different kernels and
+    must have different call keys; calls of one plan keep theirs."""
+    from mixmla.paged import plan_paged, scatter_to_pages
+
+    seen = {}
+    for batch_size in (100, 100, 140):
+        kv_lens = [20] * batch_size
+        gen = torch.Generator().manual_seed(batch_size)
+        cache = quantize(torch.randn(sum(kv_lens), 576, generator=gen).to(DEVICE), "bf16")
+        paged = scatter_to_pages(cache, indptr(kv_lens), 1, generator=gen)
+        p = plan_paged(paged.block_table, paged.seq_lens, 1, num_heads=16)
+        assert p.schedule.direct and p.schedule.num_work == batch_size
+        q = torch.randn(batch_size, 16, 576, generator=gen).to(DEVICE, torch.bfloat16)
+        call = (q, paged.cache.rows, None, indptr([1] * batch_size), poisoned_out(batch_size, 16), None, p.pages)
+        key = (launch.plan_key(p._plan.constants), launch.call_key(p._plan.constants, *call))
+        decode = launch.launches(p._plan.constants, *call)[0]
+        values = dict(zip(decode.kernel.arg_names, decode.args))
+        seen.setdefault(batch_size, []).append((key, _triton_specialization([decode]),
+                                                values["LOOP_STAGES"], values["WINDOW"]))
+    (small, again), (large,) = seen[100], seen[140]
+    assert small[0] == again[0] and small[1] == again[1]
+    assert small[0][0] == large[0][0], "the plans must share a plan key for the call key to matter"
+    assert (small[2], small[3]) == (5, True) and (large[2], large[3]) == (None, False)
+    assert small[1] != large[1] and small[0][1] != large[0][1]
 
 
 class _FakeDispatcher:
@@ -195,7 +225,7 @@ def test_compiled_launches_give_the_dispatchers_bits(fmt):
         got = got[0] if isinstance(got, tuple) else got
         ref, _ = mla_decode_reference(q, cache, kv_indptr, qo_indptr)
         assert check_strict(got, ref).passed, check_strict(got, ref)
-        key = launch.call_key(q, as_cache(cache), kv_indptr, qo_indptr, out, lse)
+        key = launch.call_key(p._plan.constants, q, as_cache(cache), kv_indptr, qo_indptr, out, lse)
         again = p.run(q, cache, out=poisoned_out(q.shape[0], heads), kv_indptr=kv_indptr, qo_indptr=qo_indptr)
         assert torch.equal(again.view(torch.int16), got.view(torch.int16))
         first.setdefault(key, got)

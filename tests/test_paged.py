@@ -4,6 +4,8 @@ from the wrong row fails the strict check; outputs are poisoned before every cal
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +14,8 @@ import mixmla
 from mixmla.check import check_strict
 from mixmla.formats import as_paged_cache, empty_paged_cache, quantize
 from mixmla.kernels.backend import Layout
+from mixmla.kernels.triton import launch
+from mixmla.kernels.triton.paging import loop_stages, windowed_gather
 from mixmla.paged import PageTable, scatter_to_pages
 from mixmla.reference import mla_decode_paged_reference
 
@@ -40,15 +44,50 @@ def assert_matches(out, lse, q, paged, pages, qo):
     assert (err <= 1e-2 + 1e-3 * ref_lse.to(lse.device)[~empty].abs()).all(), f"lse off by {err.max()}"
 
 
+@pytest.fixture
+def gather(request, monkeypatch):
+    """The gather of pages smaller than a tile, forced in every launch of the test to the param
+    ('window': a window of page-table entries a tile, 'token': an entry per token; see
+    ``paging.windowed_gather``), or None: the launcher's choice (small grids like these take the
+    window). The launcher must have asked for it."""
+    choice = getattr(request, "param", None)
+    if choice is None:
+        yield None
+        return
+    asked = []
+    with _asking_for_the_gather(monkeypatch, lambda *args: asked.append(args) or choice == "window"):
+        yield choice
+    assert asked, "no launch asked which gather to take"
+
+
+@contextlib.contextmanager
+def _asking_for_the_gather(monkeypatch, chooser):
+    """``launch.windowed_gather`` replaced by ``chooser`` inside, with the launcher's cache of its
+    answers emptied on the way in and out."""
+    launch._gather_choice.cache_clear()
+    monkeypatch.setattr(launch, "windowed_gather", chooser)
+    try:
+        yield
+    finally:
+        monkeypatch.undo()
+        launch._gather_choice.cache_clear()
+
+
+def gathers(*page_sizes):
+    """``(page_size, gather)`` params: both gathers for pages smaller than the 64-token tile."""
+    return [pytest.param(p, g, id=f"{p}-{g}" if g else str(p)) for p in page_sizes
+            for g in (("window", "token") if p < 64 else (None,))]
+
+
 # Ragged: an empty request, lengths that are not multiples of the page size, one long enough to be
 # cut into several chunks (the split-K path and its merge).
 KV_LENS = [37, 0, 300, 5]
 Q_LENS = [1, 1, 3, 2]
 
 
-@pytest.mark.parametrize("page_size", [1, 16, 64, 128])
+@pytest.mark.parametrize("page_size,gather", gathers(1, 16, 64, 128), indirect=["gather"])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_block_table_matches_reference(fmt, page_size):
+def test_block_table_matches_reference(fmt, page_size, gather):
     q, paged, qo = batch(fmt, KV_LENS, Q_LENS, page_size, seed=page_size)
     out = poisoned_out(q.shape[0], q.shape[1])
     _, lse = mixmla.mla_decode_paged(q, paged.cache, paged.block_table, paged.seq_lens, qo_indptr=qo, out=out,
@@ -56,9 +95,9 @@ def test_block_table_matches_reference(fmt, page_size):
     assert_matches(out, lse, q, paged, paged.block_pages, qo)
 
 
-@pytest.mark.parametrize("page_size", [1, 64])
+@pytest.mark.parametrize("page_size,gather", gathers(1, 64), indirect=["gather"])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_csr_matches_reference(fmt, page_size):
+def test_csr_matches_reference(fmt, page_size, gather):
     q, paged, qo = batch(fmt, [70, 0, 129], [1, 1, 1], page_size, seed=7 + page_size)
     out = poisoned_out(q.shape[0], q.shape[1])
     _, lse = mixmla.mla_decode_paged_csr(q, paged.cache, paged.kv_indptr, paged.kv_indices, paged.seq_lens, out=out,
@@ -102,7 +141,8 @@ def test_plan_reads_tables_in_place(fmt):
     assert not torch.equal(out2[1], out[1]), "the appended token must change request 1's output"
 
 
-def test_page_table_entries_past_the_tokens_are_not_read():
+@pytest.mark.parametrize("gather", ["window", "token"], indirect=True)
+def test_page_table_entries_past_the_tokens_are_not_read(gather):
     """vLLM pads block tables; entries past a request's pages may hold anything."""
     q, paged, _ = batch("bf16", [20, 3], [1, 1], 16, seed=5)
     table = paged.block_table.clone()
@@ -146,11 +186,19 @@ def test_bad_block_table_is_a_value_error(case):
         p.run(q, paged.cache)
 
 
+@pytest.mark.parametrize("gather", ["window", "token"], indirect=True)
+@pytest.mark.parametrize("wide", [False, True], ids=["small-table", "wide-table"])
 @pytest.mark.parametrize("entry", [-1, "num_pages", 2 ** 30])
-def test_unchecked_run_skips_pages_outside_the_pool(entry):
+def test_unchecked_run_skips_pages_outside_the_pool(entry, wide, gather):
     """Without check=True a bad page entry is the caller's error, yet the kernel reads nothing
-    outside the pool: that page's tokens are not seen, the request's other tokens are."""
-    q, paged, _ = batch("bf16", [20, 3], [1, 1], 16, seed=6)
+    outside the pool: that page's tokens are not seen, the request's other tokens are. Request 0
+    is shorter than a tile and its first page is the bad one, so the row that replaces its
+    positions past the end must be found among its other pages (``paging.gather_fill``), in a
+    table too small for a tile's window of entries and in one that holds it."""
+    from mixmla.kernels.triton.paging import wide_table
+
+    q, paged, _ = batch("bf16", [20, 3, 200] if wide else [20, 3], [1] * (3 if wide else 2), 16, seed=6)
+    assert wide_table(16, paged.block_table.numel()) == wide
     good_page = int(paged.block_table[0, 1])
     p = mixmla.plan_paged(paged.block_table, paged.seq_lens, 16)
     paged.block_table[0, 0] = paged.cache.num_pages if entry == "num_pages" else entry
@@ -162,8 +210,8 @@ def test_unchecked_run_skips_pages_outside_the_pool(entry):
     assert result, result.message
 
 
-@pytest.mark.parametrize("page_size", [16, 64])
-def test_unchecked_run_skips_wide_int64_entries(page_size):
+@pytest.mark.parametrize("page_size,gather", gathers(16, 64), indirect=["gather"])
+def test_unchecked_run_skips_wide_int64_entries(page_size, gather):
     """An int64 page entry past 2**31 lies outside the pool whatever its low 32 bits say (here
     they name a page of the pool): its tokens are not seen, on the gathered and the whole-tile path."""
     q, paged, _ = batch("bf16", [page_size + 4, 3], [1, 1], page_size, seed=7)
@@ -177,6 +225,41 @@ def test_unchecked_run_skips_wide_int64_entries(page_size):
     ref, _ = mixmla.mla_decode_reference(q[:1], seen, indptr([4]))
     result = check_strict(out[:1], ref)
     assert result, result.message
+
+
+def test_window_rule():
+    """The chooser's rule (PERF step 54): a gathered tile (pages smaller than a tile of at most 64
+    tokens) reads a window of page-table entries where ``loop_stages`` deepens the loop (at most
+    one program per SM) and in larger grids at two stages; elsewhere one entry per token."""
+    import itertools
+
+    sms = 132
+    assert windowed_gather(1, 64, 3, 128, sms) and windowed_gather(16, 64, 2, sms, sms)
+    assert not windowed_gather(1, 64, 3, sms + 1, sms)  # more programs than SMs at three stages
+    assert not windowed_gather(1, 64, 3, 256, sms) and windowed_gather(1, 64, 2, 256, sms)  # MXFP4's two stages
+    assert not windowed_gather(64, 64, 3, 8, sms) and not windowed_gather(128, 64, 3, 8, sms)  # whole tiles
+    assert not windowed_gather(1, 128, 2, 8, sms)  # 128-token tiles keep the launch's stages
+    assert not windowed_gather(0, 64, 3, 8, sms)  # contiguous
+    for args in itertools.product((0, 1, 2, 16, 32, 64, 128), (16, 32, 64, 128), (1, 2, 3), (1, 132, 133, 264),
+                                  (sms,)):
+        page, block_t, stages = args[:3]
+        gathered = page % block_t != 0 and block_t <= 64
+        assert windowed_gather(*args) == ((loop_stages(*args) is not None) or (gathered and stages <= 2)), args
+
+
+@pytest.mark.parametrize("batch_size,window", [(40, True), (140, False)])
+def test_the_grid_chooses_the_gather(batch_size, window, monkeypatch):
+    """Unforced: a plan of at most one program per SM (132 on CPU) launches the window, a larger
+    one the per-token gather, and both match the reference (ragged, empty requests, pages of 1)."""
+    chosen = []
+    kv_lens = ([0, 5, 70, 1, 33, 64, 0] * 20)[:batch_size]
+    q, paged, qo = batch("bf16", kv_lens, [1] * batch_size, 1, seed=12)
+    p = mixmla.plan_paged(paged.block_table, paged.seq_lens, 1)
+    assert (p.schedule.num_work <= 132) == window
+    with _asking_for_the_gather(monkeypatch, lambda *args: chosen.append(windowed_gather(*args)) or chosen[-1]):
+        out, lse = p.run(q, paged.cache, return_lse=True)
+    assert chosen and set(chosen) == {window}
+    assert_matches(out, lse, q, paged, paged.block_pages, qo)
 
 
 @pytest.mark.parametrize("what,named", [
@@ -197,7 +280,8 @@ def test_bad_csr_is_a_value_error(what, named):
         mixmla.mla_decode_paged_csr(q, paged.cache, kv_indptr, kv_indices, kv_len)
 
 
-def test_csr_indices_past_the_tokens_are_not_read():
+@pytest.mark.parametrize("gather", ["window", "token"], indirect=True)
+def test_csr_indices_past_the_tokens_are_not_read(gather):
     """A request's CSR segment may hold more pages than its tokens fill; those entries may hold
     anything (here -1 and a page past the pool) and are neither checked nor read."""
     q, paged, _ = batch("bf16", [20, 3, 40], [1, 1, 1], 16, seed=7)

@@ -2,9 +2,16 @@
 process on the same inputs: each shape and format contiguous, in pages of 1 token and of 64, the
 pages of every request in a seeded random order in the pool (``mixmla.paged.scatter_to_pages``).
 With ``--baseline FILE`` it also times, on the same paged plans, another decode kernel: a module
-file defining ``mla_decode_kernel_baseline`` with the shipped parameters minus the trailing
-``LOOP_STAGES`` (the kernel before PERF step 44: ``git show
-1c07946:bench/studies/paged_triton_baseline.py > old.py``).
+file defining ``mla_decode_kernel_baseline`` whose parameters are a subset of the shipped kernel's
+(same names; each gets the shipped launch's value): main's kernel at 982e0da, before the windowed
+gather, is ``bench/studies/paged_triton_baseline_main.py``; the kernel before PERF step 44 is
+``git show 1c07946:bench/studies/paged_triton_baseline.py``.
+
+Pages smaller than the tile are gathered in one of two ways, which the launcher chooses per grid
+(``WINDOW``, ``paging.windowed_gather``: a window of page-table entries per tile, or one entry per
+token as main's kernel at 982e0da): the column ``gather`` says which a row ran (``window`` or
+``token``; ``-`` where nothing is gathered) and ``stages`` the loop's ``LOOP_STAGES``; each gathered
+layout is also timed with the shipped kernel forced to the gather not chosen (kernel ``other``).
 
     PYTHONPATH=src python bench/studies/paged_triton.py --out DIR [--baseline old.py]
     PYTHONPATH=src python bench/studies/paged_triton.py --cpu-smoke    # tiny shapes, interpreter
@@ -65,14 +72,25 @@ def load_baseline(path: str):
     return module.mla_decode_kernel_baseline
 
 
-def baseline_runner(kernel, pplan, q, paged_batch, out):
-    """A callable running ``pplan``'s launches with the baseline decode kernel (through Triton's
-    dispatcher; the combine launch, if any, is the shipped one)."""
-    launches = tlaunch.launches(pplan._plan.constants, q, paged_batch.cache.rows, None, pplan.qo_indptr, out, None,
-                                pplan.pages)
-    decode = launches[0]
-    # The baseline kernel takes the same parameters minus the trailing LOOP_STAGES.
-    launches[0] = tlaunch.Launch(kernel, decode.grid, decode.args[:-1], decode.options)
+def plan_launches(pplan, q, paged_batch, out) -> list:
+    """The shipped launches of ``pplan``'s call (``launch.launches``)."""
+    return tlaunch.launches(pplan._plan.constants, q, paged_batch.cache.rows, None, pplan.qo_indptr, out, None,
+                            pplan.pages)
+
+
+def decode_arguments(pplan, q, paged_batch, out) -> dict:
+    """The shipped decode launch's arguments of ``pplan``'s call, by parameter name."""
+    decode = plan_launches(pplan, q, paged_batch, out)[0]
+    return dict(zip(decode.kernel.arg_names, decode.args))
+
+
+def runner(pplan, q, paged_batch, out, kernel=None, **values):
+    """A callable running ``pplan``'s launches (through Triton's dispatcher; the combine launch, if
+    any, is the shipped one) with ``kernel`` as the decode kernel (default: the shipped one) and the
+    decode arguments named in ``values`` replaced."""
+    launches = plan_launches(pplan, q, paged_batch, out)
+    # By name: a baseline kernel lacks the parameters added since it was taken.
+    launches[0] = tlaunch.with_arguments(launches[0], kernel, **values)
 
     def run():
         for one in launches:
@@ -113,19 +131,27 @@ def run_case(b: int, l: int, fmts, device, time_fn, baseline) -> list[dict]:
         base = dict(shape=f"{b}x{l}", fmt=fmt)
         sched = lambda p: dict(num_work=p.schedule.num_work, direct=p.schedule.direct,  # noqa: E731
                                max_splits=p.schedule.max_splits, config=repr(p.config))
-        rows.append(dict(base, layout="contiguous", kernel="shipped", rel_l2=rel_l2(out_c, ref), **t, **sched(plan)))
+        rows.append(dict(base, layout="contiguous", kernel="shipped", rel_l2=rel_l2(out_c, ref), gather="-",
+                         stages=None, **t, **sched(plan)))
         for page in PAGE_SIZES:
             batch = scatter_to_pages(cache, kvp, page, generator=torch.Generator().manual_seed(SEED + page))
             pplan = plan_paged(batch.block_table, batch.seq_lens, page, qo_indptr=qo, num_heads=16, fmt=fmt,
                                backend="triton")
             out_p = torch.full_like(out_c, float("nan"))
-            kernels = [("shipped", lambda: pplan.run(q, batch.cache, out=out_p))]
+            shipped = decode_arguments(pplan, q, batch, out_p)
+            gathered = page % pplan.config.block_t != 0
+            chosen = shipped["WINDOW"]
+            name_of = lambda window: ("window" if window else "token") if gathered else "-"  # noqa: E731
+            kernels = [("shipped", name_of(chosen), lambda: pplan.run(q, batch.cache, out=out_p))]
+            if gathered:
+                kernels.append(("other", name_of(not chosen), runner(pplan, q, batch, out_p, WINDOW=not chosen)))
             if baseline is not None:
-                kernels.append(("baseline", baseline_runner(baseline, pplan, q, batch, out_p)))
-            for name, fn in kernels:
+                kernels.append(("baseline", name_of(False), runner(pplan, q, batch, out_p, baseline)))
+            for name, gather, fn in kernels:
                 out_p.fill_(float("nan"))
                 t = time_fn(fn)
-                rows.append(dict(base, layout=f"p{page}", kernel=name, rel_l2=rel_l2(out_p, ref), **t, **sched(pplan)))
+                rows.append(dict(base, layout=f"p{page}", kernel=name, rel_l2=rel_l2(out_p, ref), gather=gather,
+                                 stages=shipped["LOOP_STAGES"], **t, **sched(pplan)))
             del batch, pplan, out_p
         del cache, plan, out_c, ref
     del q, kv
@@ -136,12 +162,13 @@ def run_case(b: int, l: int, fmts, device, time_fn, baseline) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     contiguous = {(r["shape"], r["fmt"]): r["us"] for r in rows if r["layout"] == "contiguous"}
-    lines = [f"{'shape':<10} {'fmt':<6} {'layout':<10} {'kernel':<9} {'us':>9} {'/contig':>8} {'rel_l2':>9} "
-             f"{'work':>5} {'direct':>6}"]
+    lines = [f"{'shape':<10} {'fmt':<6} {'layout':<10} {'kernel':<9} {'gather':<7} {'us':>9} {'/contig':>8} "
+             f"{'rel_l2':>9} {'work':>5} {'direct':>6} {'stages':>6}"]
     for r in rows:
         ratio = r["us"] / contiguous[(r["shape"], r["fmt"])]
-        lines.append(f"{r['shape']:<10} {r['fmt']:<6} {r['layout']:<10} {r['kernel']:<9} {r['us']:>9.1f} "
-                     f"{ratio:>8.3f} {r['rel_l2']:>9.2e} {r['num_work']:>5} {str(r['direct']):>6}")
+        lines.append(f"{r['shape']:<10} {r['fmt']:<6} {r['layout']:<10} {r['kernel']:<9} {r['gather']:<7} "
+                     f"{r['us']:>9.1f} {ratio:>8.3f} {r['rel_l2']:>9.2e} {r['num_work']:>5} {str(r['direct']):>6} "
+                     f"{str(r['stages'] or '-'):>6}")
     return "\n".join(lines)
 
 

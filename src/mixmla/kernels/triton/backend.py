@@ -113,7 +113,7 @@ class TritonPlan(BackendPlan):
             # The interpreter takes the tensors themselves, so this repeat keeps this call's alive
             # until the caller drops it.
             return functools.partial(_run_again, launches)
-        key = launch.call_key(q, cache, kv_indptr, qo_indptr, out, lse, pages)
+        key = launch.call_key(self.constants, q, cache, kv_indptr, qo_indptr, out, lse, pages)
         return self._compiled.launch(launches, (self._key, key))
 
 

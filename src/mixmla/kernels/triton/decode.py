@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ..constants import FMT_FP8, FMT_FP8_FNUZ, LN2
-from .paging import request_tokens, tile_pages, token_rows
+from .paging import gather_fill, gathered_visible, request_tokens, tile_pages, token_rows
 from .pieces import NOPE_HALF, ROPE_HALF, load_query_piece, store_value_rows
 from .softmax import finish_rows, online_softmax_step
 from .tiles import load_key_tile
@@ -46,14 +46,15 @@ def mla_decode_kernel(
     q_ptr, stride_qt, stride_qh,
     kv_ptr, kv_stride, scale_ptr, scale_stride,
     kv_indptr, qo_indptr,
-    pages, page_stride, page_indptr, max_pages, num_pages,
+    pages, page_stride, page_indptr, max_pages, num_pages, table_len,
     work_req, work_split, work_nsplit,
     out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
     part_o_ptr, part_lse_ptr, rows_max,
     sm_scale,
     H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, FORMAT: tl.constexpr,
     DIRECT: tl.constexpr, WRITE_LSE: tl.constexpr, INTERPRETED: tl.constexpr,
-    PAGE_SIZE: tl.constexpr, CSR: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, CSR: tl.constexpr, LOOP_STAGES: tl.constexpr, ROWS32: tl.constexpr,
+    WIDE_TABLE: tl.constexpr, WINDOW: tl.constexpr,
 ):
     """Grid: (work items, row blocks).
 
@@ -62,6 +63,10 @@ def mla_decode_kernel(
     kv_indptr, pages, page_stride, page_indptr, max_pages, num_pages, PAGE_SIZE, CSR: where each
     request's tokens are (``paging``; PAGE_SIZE 0 is the contiguous layout, the others unused).
     LOOP_STAGES: the token loop's pipeline stages (``paging.loop_stages``; None: num_stages).
+    WINDOW: pages smaller than a tile are gathered through one window of page-table entries per
+    tile (``paging.windowed_gather``), else one entry per token; table_len: the page table's extent
+    in entries; WIDE_TABLE: it holds a tile's window of entries (``paging.wide_table``); ROWS32:
+    windowed rows addressed with 32-bit offsets (``paging.rows32``).
     work_req/work_split/work_nsplit (num_work,) int32: the request of each work item, which chunk
     it is and how many chunks that request has. DIRECT: write ``out`` (total_q, H, 512) in the
     pointer's dtype (bf16, or float32 for callers that merge further) and ``lse`` (total_q, H)
@@ -76,6 +81,7 @@ def mla_decode_kernel(
     split = tl.load(work_split + work)
     num_splits = tl.load(work_nsplit + work)
     kv_first, kv_len = request_tokens(req, kv_indptr, pages, page_stride, page_indptr, max_pages, PAGE_SIZE, CSR)
+    kv_len, fill = gather_fill(kv_first, kv_len, pages, num_pages, table_len, PAGE_SIZE, BLOCK_T, WINDOW)
     q_start = tl.load(qo_indptr + req).to(tl.int64)
     q_len = (tl.load(qo_indptr + req + 1) - q_start).to(tl.int32)
 
@@ -124,6 +130,10 @@ def mla_decode_kernel(
     block_last_tok = tl.minimum(q_len - 1, (row_block * BLOCK_R + BLOCK_R - 1) // H)
     t_end = tl.minimum(t_end, kv_len - q_len + block_last_tok + 1)
 
+    # Pages smaller than a tile gathered through a window of entries (``token_rows``): the window
+    # may hold positions outside the chunk, so their scores are masked by position, not by ``tok_ok``.
+    WINDOWED: tl.constexpr = WINDOW and PAGE_SIZE != 0 and PAGE_SIZE % BLOCK_T != 0
+    row_last = tl.minimum(last_visible, t_end - 1)
     m = tl.full((BLOCK_R,), float("-inf"), tl.float32)
     l = tl.zeros((BLOCK_R,), tl.float32)
     acc_a = tl.zeros((BLOCK_R, NOPE_HALF), tl.float32)
@@ -134,15 +144,19 @@ def mla_decode_kernel(
         pos = t0 + tl.arange(0, BLOCK_T)
         page = page_next
         page_next = tile_pages(kv_first, t0 + BLOCK_T, t_end, pages, PAGE_SIZE, BLOCK_T)
-        tok, tok_ok = token_rows(kv_first, t0, pos < t_end, page, pages, num_pages, PAGE_SIZE, BLOCK_T)
+        tok, tok_read, tok_ok, back = token_rows(kv_first, kv_len, fill, t0, pos < t_end, page, pages, num_pages,
+                                                 table_len, PAGE_SIZE, BLOCK_T, ROWS32, WIDE_TABLE, WINDOW)
         # One decoded tile serves as the keys (all 576 columns) and the values (the nope pieces).
         k_nope_a, k_nope_b, k_rope_a, k_rope_b = load_key_tile(
-            kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_ok, FORMAT, INTERPRETED)
+            kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_read, FORMAT, INTERPRETED)
         scores = _dot(q_nope_a, tl.trans(k_nope_a), INTERPRETED)
         scores += _dot(q_nope_b, tl.trans(k_nope_b), INTERPRETED)
         scores += _dot(q_rope_a, tl.trans(k_rope_a), INTERPRETED)
         scores += _dot(q_rope_b, tl.trans(k_rope_b), INTERPRETED)
-        visible = tok_ok[None, :] & (pos[None, :] <= last_visible[:, None])
+        if WINDOWED:
+            visible = gathered_visible(tok_ok, t0, back, row_last)
+        else:
+            visible = tok_ok[None, :] & (pos[None, :] <= last_visible[:, None])
         scores = tl.where(visible, scores * row_qk_scale[:, None], float("-inf"))
         p, alpha, m, l = online_softmax_step(scores, m, l, 1)
         # f16 keeps p (<= 1) at least as exactly as bf16 down to 2**-24.

@@ -28,7 +28,7 @@ from ...schedule import Schedule, device_sm_count
 from .combine import mla_combine_kernel
 from .configs import KernelConfig
 from .decode import mla_decode_kernel
-from .paging import loop_stages
+from .paging import loop_stages, rows32, wide_table, windowed_gather
 from ..backend import PageTable
 from ..constants import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
 
@@ -45,6 +45,19 @@ class Launch(NamedTuple):
     grid: tuple
     args: tuple
     options: dict
+
+
+def with_arguments(one: Launch, kernel=None, **values) -> Launch:
+    """``one`` run by ``kernel`` (default: its own), each of that kernel's parameters given ``one``'s
+    argument of the same name or the value ``values`` names for it: a variant of a launch for a
+    test or a study (a forced constexpr, another kernel whose parameters are a subset)."""
+    value = dict(zip(one.kernel.arg_names, one.args))
+    unknown = set(values) - set(value)
+    if unknown:
+        raise KeyError(f"{one.kernel.__name__} has no parameters {sorted(unknown)}")
+    value.update(values)
+    kernel = kernel or one.kernel
+    return Launch(kernel, one.grid, tuple(value[n] for n in kernel.arg_names), one.options)
 
 
 def cache_arguments(cache: KVCache) -> tuple:
@@ -82,16 +95,19 @@ class PlanConstants(NamedTuple):
 
 
 def page_arguments(pages: PageTable | None, cache: KVCache) -> tuple:
-    """``(pages, page_stride, page_indptr, max_pages, num_pages, PAGE_SIZE, CSR)`` for the decode
-    kernel (``paging``): the page table of a paged call, or the contiguous layout's unused values
-    (PAGE_SIZE 0) when ``pages`` is None. ``cache`` holds the pool's pages as rows."""
+    """``(pages, page_stride, page_indptr, max_pages, num_pages, table_len, PAGE_SIZE, CSR)`` for
+    the decode kernel (``paging``): the page table of a paged call, or the contiguous layout's
+    unused values (PAGE_SIZE 0) when ``pages`` is None. ``cache`` holds the pool's pages as rows;
+    table_len: the entries from the table's first to one past its last (what the kernel may read)."""
     if pages is None:
-        return None, 0, None, 0, 0, 0, False
+        return None, 0, None, 0, 0, 0, 0, False
     num_pages = cache.num_tokens // pages.page_size
+    table = pages.table
     if pages.page_indptr is None:  # a block table
-        table = pages.table
-        return table, table.stride(0), None, table.shape[1], num_pages, pages.page_size, False
-    return pages.table, 0, pages.page_indptr, 0, num_pages, pages.page_size, True
+        rows, width = table.shape
+        table_len = (rows - 1) * table.stride(0) + width if rows and width else 0
+        return table, table.stride(0), None, width, num_pages, table_len, pages.page_size, False
+    return table, 0, pages.page_indptr, 0, num_pages, table.shape[0], pages.page_size, True
 
 
 def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor | None,
@@ -106,7 +122,7 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
     """
     s, config = plan.schedule, plan.config
     fmt, kv, kv_stride, scales, scale_stride = cache_arguments(cache)
-    table, page_stride, page_indptr, max_pages, num_pages, page_size, csr = page_arguments(pages, cache)
+    table, page_stride, page_indptr, max_pages, num_pages, table_len, page_size, csr = page_arguments(pages, cache)
     if pages is not None:
         kv_indptr = pages.seq_lens
     work_req, work_split, work_nsplit, split_indptr = plan.work
@@ -119,15 +135,13 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
         q, q_stride[0], q_stride[1],
         kv, kv_stride, scales, scale_stride,
         kv_indptr, qo_indptr,
-        table, page_stride, page_indptr, max_pages, num_pages,
+        table, page_stride, page_indptr, max_pages, num_pages, table_len,
         work_req, work_split, work_nsplit,
         out, out_stride[0], out_stride[1], lse_arg, lse_stride,
         part_o, part_lse, s.rows_max,
         plan.sm_scale,
         plan.num_heads, s.block_r, config.block_t, fmt, s.direct, write_lse, plan.interpreted,
-        page_size, csr,
-        loop_stages(page_size, config.block_t, config.num_stages, s.num_work * s.row_blocks,
-                    device_sm_count(q.device)) if page_size else None,
+        page_size, csr, *_gather_constexprs(plan, page_size, q.device, cache, kv_stride, scale_stride, table_len),
     ), _options(config.num_warps, config.num_stages))
     if s.direct:
         return [decode]
@@ -138,6 +152,28 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
         _combine_block_s(s), write_lse,
     ), _options(4, None))
     return [decode, combine]
+
+
+def _gather_constexprs(plan: PlanConstants, page_size: int, device: torch.device, cache: KVCache, kv_stride: int,
+                       scale_stride: int | None, table_len: int) -> tuple:
+    """The decode kernel's ``(LOOP_STAGES, ROWS32, WIDE_TABLE, WINDOW)`` for a call of ``plan``
+    with pages of ``page_size`` tokens (0: contiguous): ``paging.loop_stages`` and
+    ``paging.windowed_gather`` of the plan's grid on ``device``, ``rows32`` of the pool,
+    ``wide_table`` of the table. ``launches`` passes them and ``call_key`` holds them."""
+    if not page_size:
+        return None, False, False, False
+    s, c = plan.schedule, plan.config
+    return _gather_choice(page_size, c.block_t, c.num_stages, s.num_work * s.row_blocks, device_sm_count(device),
+                          cache.num_tokens, kv_stride, scale_stride, table_len)
+
+
+@functools.lru_cache(maxsize=1024)
+def _gather_choice(page_size: int, block_t: int, num_stages: int, programs: int, num_sms: int, rows: int,
+                   kv_stride: int, scale_stride: int | None, table_len: int) -> tuple:
+    # Cached: every call computes it twice (``launches``, ``call_key``), from values a serving loop keeps.
+    grid = (page_size, block_t, num_stages, programs, num_sms)
+    return (loop_stages(*grid), rows32(page_size, rows, kv_stride, scale_stride), wide_table(page_size, table_len),
+            windowed_gather(*grid))
 
 
 @functools.lru_cache(maxsize=None)
@@ -199,20 +235,25 @@ def signatures(tensors) -> tuple:
     return tuple(_signature(t) for t in tensors)
 
 
-def call_key(q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor | None, qo_indptr: torch.Tensor,
-             out: torch.Tensor, lse: torch.Tensor | None, pages: PageTable | None = None) -> tuple:
-    """What Triton's specialization of a call's kernels depends on, for a given plan: each call
-    tensor's dtype, 16-byte alignment and strides, and for a paged call its page size, the table's
-    tensors and the specialization of its integers (every per-call argument of ``launches`` is one
-    of these; the rest is the plan's)."""
+def call_key(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor | None,
+             qo_indptr: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
+             pages: PageTable | None = None) -> tuple:
+    """What Triton's specialization of a call's kernels depends on, for a given plan (``launches``'
+    arguments): each call tensor's dtype, 16-byte alignment and strides, and for a paged call its
+    page size, the table's tensors, the specialization of its integers and the gathered loop's
+    constexprs (``_gather_constexprs``: they also depend on the plan's grid, which ``plan_key`` does
+    not hold). Every per-call argument of ``launches`` is one of these; the rest is the plan's."""
     extra = cache.scale if isinstance(cache, Fp8Cache) else cache.scales if isinstance(cache, Mxfp4Cache) else None
     key = (_signature(q), _signature(cache.data), _signature(extra), _signature(kv_indptr), _signature(qo_indptr),
            _signature(out), _signature(lse))
     if pages is None:
         return key
-    table, page_stride, page_indptr, max_pages, num_pages, page_size, csr = page_arguments(pages, cache)
+    table, page_stride, page_indptr, max_pages, num_pages, table_len, page_size, csr = page_arguments(pages, cache)
+    # ``cache_arguments``' strides: fp8 views keep 1-byte elements.
+    scale_stride = cache.scales.stride(0) if isinstance(cache, Mxfp4Cache) else None
     return key + (page_size, csr, _signature(pages.seq_lens), _signature(table), _signature(page_indptr),
-                  _int_spec(page_stride), _int_spec(max_pages), _int_spec(num_pages))
+                  _int_spec(page_stride), _int_spec(max_pages), _int_spec(num_pages), _int_spec(table_len),
+                  _gather_constexprs(plan, page_size, q.device, cache, cache.data.stride(0), scale_stride, table_len))
 
 
 def launch_compiled(kernel: CompiledKernel, grid: tuple, stream: int, args: tuple) -> None:
