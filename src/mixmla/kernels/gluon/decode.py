@@ -195,9 +195,9 @@ def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_pt
                  WRITE_LSE: gl.constexpr):
     """Merges the ``count`` partial results of one request (``_piece_slots``).
 
-    A first pass over the log-sum-exps gives the merged one; then each quarter of the 512 output
-    columns is summed over the parts, 8 parts per load, so that a request cut into many parts
-    costs few round trips to memory. Parts are added in program order (deterministic)."""
+    A first pass over the log-sum-exps gives the merged one; then the parts' outputs are added
+    one after another, each weighted by its share, four parts' loads in flight at a time. Parts
+    are added in program order (deterministic)."""
     PG: gl.constexpr = 16
     ll: gl.constexpr = gl.BlockedLayout([PG, 1], [1, 32], [1, 4], [1, 0])
     rows_l = gl.arange(0, ROWS, layout=gl.SliceLayout(0, ll))
@@ -216,31 +216,32 @@ def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_pt
     inv_w, lse2 = _finish(m, w)
     m_safe = gl.where(m == float("-inf"), 0.0, m)
 
-    OG: gl.constexpr = 8
-    COLS: gl.constexpr = VALUE_DIM // 4
-    ol: gl.constexpr = gl.BlockedLayout([OG, 1, 4], [1, 4, 8], [1, 4, 1], [2, 1, 0])
-    acc_l: gl.constexpr = gl.SliceLayout(0, ol)
-    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_l))
-    cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, acc_l))
-    rows3 = gl.arange(0, ROWS, layout=gl.SliceLayout(0, gl.SliceLayout(2, ol)))
-    m_o = gl.convert_layout(m_safe, gl.SliceLayout(0, gl.SliceLayout(2, ol)))
+    # Each half of the 512 columns, PARTS parts per step: their loads are issued together (one
+    # round trip to L2 per step, not per part), then added one after another in program order, so
+    # the result does not depend on timing.
+    PARTS: gl.constexpr = 4
+    HALF: gl.constexpr = VALUE_DIM // 2
+    ol: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, ol))
+    cols = gl.arange(0, HALF, layout=gl.SliceLayout(0, ol))
+    m_o = gl.convert_layout(m_safe, gl.SliceLayout(1, ol))
+    scale = gl.convert_layout(inv_w, gl.SliceLayout(1, ol))
     ok_rows = rows < q_len * H
-    tok = (q_lo + rows // H).to(gl.int64)
-    out_rows = out_ptr + tok * stride_ot + (rows % H) * stride_oh
-    scale = gl.convert_layout(inv_w, gl.SliceLayout(1, acc_l))
-    for quarter in gl.static_range(4):
-        acc = gl.zeros([ROWS, COLS], gl.float32, acc_l)
-        for g0 in range(0, count, OG):
-            k = g0 + gl.arange(0, OG, layout=gl.SliceLayout(1, gl.SliceLayout(2, ol)))
-            ok = k < count
-            slots = _piece_slots(k, first, start_b, num_programs, total)
-            lse_i = gl.load(part_lse_ptr + slots[:, None] * ROWS + rows3[None, :], mask=ok[:, None], other=float("-inf"))
-            wi = gl.exp2(lse_i - m_o[None, :])
-            base = part_o_ptr + (slots[:, None] * ROWS + rows3[None, :]).to(gl.int64) * VALUE_DIM + COLS * quarter
-            o_i = gl.load(gl.expand_dims(base, 2) + gl.expand_dims(gl.expand_dims(cols, 0), 0),
-                          mask=gl.expand_dims(ok[:, None] & (rows3 < ROWS)[None, :], 2), other=0.0)
-            acc += gl.sum(o_i * gl.expand_dims(wi, 2), axis=0)
-        gl.store(out_rows[:, None] + (COLS * quarter + cols)[None, :], (acc * scale[:, None]).to(gl.bfloat16),
+    out_rows = out_ptr + (q_lo + rows // H).to(gl.int64) * stride_ot + (rows % H) * stride_oh
+    for half in gl.static_range(2):
+        offs = rows[:, None] * VALUE_DIM + (HALF * half + cols)[None, :]
+        acc = gl.zeros([ROWS, HALF], gl.float32, ol)
+        for g0 in range(0, count, PARTS):
+            o = ()
+            w_rows = ()
+            for j in gl.static_range(PARTS):
+                live = g0 + j < count
+                slot = _piece_slots(gl.minimum(g0 + j, count - 1), first, start_b, num_programs, total)
+                o = o + (gl.load(part_o_ptr + slot.to(gl.int64) * (ROWS * VALUE_DIM) + offs, mask=live, other=0.0), )
+                w_rows = w_rows + (gl.load(part_lse_ptr + slot * ROWS + rows, mask=live, other=float("-inf")), )
+            for j in gl.static_range(PARTS):
+                acc += o[j] * gl.exp2(w_rows[j] - m_o)[:, None]
+        gl.store(out_rows[:, None] + (HALF * half + cols)[None, :], (acc * scale[:, None]).to(gl.bfloat16),
                  mask=ok_rows[:, None])
     if WRITE_LSE:
         lrows = gl.arange(0, ROWS, layout=gl.SliceLayout(0, ll))
