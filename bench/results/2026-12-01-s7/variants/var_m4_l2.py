@@ -1,0 +1,433 @@
+"""The Hopper (sm_90a) MLA decode kernel for fp8 and MXFP4 caches, in Gluon.
+
+One launch does the whole call. The grid is persistent (two programs per SM, each one warpgroup);
+every program derives its share of the work from the indptrs on the device: each request costs its
+tiles of 64 cached tokens plus ``C0`` units of fixed cost, the units of all requests are cut into
+``num_programs`` equal ranges, and a program walks the (request, tile range) segments of its range.
+A request that lies inside one range is written directly; one cut by range ends leaves a normalized
+partial result and its log-sum-exp per piece, and the program that finishes last (an atomic count
+per request) merges the pieces in range order, so the result does not depend on timing.
+
+Per 64-token tile (``S^T = K Q^T`` with tokens in the matrix unit's M slot, query rows in N):
+each 64-column chunk is decoded from registers loaded one tile ahead straight into the ``wgmma``
+A-operand layout (``layouts``), its value columns are also stored once to shared memory, and its
+score product is issued while the next chunk decodes. Then the online softmax (float32, base 2),
+P^T to shared memory and ``O^T += V^T P^T`` with V^T read from the stored values. While one
+program decodes, the other program on the SM keeps the tensor cores busy.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
+                                                               warpgroup_mma_init, warpgroup_mma_wait)
+
+from mixmla.kernels.constants import FMT_FP8, FMT_MXFP4, LN2, LOG2E
+from mixmla.kernels.gluon import fp8, mxfp4, paging
+from mixmla.kernels.gluon.layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_column, p_layout, q_layout,
+                      score_layout, to_key_operand, v_layout)
+
+VALUE_DIM = gl.constexpr(512)
+
+
+@gluon.jit
+def _add(a, b):
+    return a + b
+
+
+@gluon.jit
+def _range_bound(i, num_programs, total):
+    """First cost unit of program ``i``'s range (ranges are ``[bound(i), bound(i+1))``). int32: the
+    host keeps ``total * num_programs`` below 2**31 (``launch.MAX_COST_UNITS``)."""
+    return i * total // num_programs
+
+
+@gluon.jit
+def _program_of(u, num_programs, total):
+    """The program whose range holds cost unit ``u``: the last ``i`` with ``bound(i) <= u``."""
+    return ((u + 1) * num_programs + total - 1) // total - 1
+
+
+@gluon.jit
+def _fence_gpu():
+    """fence.acq_rel.gpu in every thread: orders this thread's global writes before (release) or its
+    reads after (acquire) a barrier and the request's atomic count."""
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    gl.inline_asm_elementwise("fence.acq_rel.gpu; mov.u32 $0, 0;", "=r,r", [gl.full([128], 0, gl.int32, one)],
+                              dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _opaque_zero(t):
+    """0 for a tile index ``t >= 0``, which the compiler cannot prove: a shared-memory view indexed by
+    it is recomputed where it is used. Otherwise the compiler hoists the 72 matrix descriptors of
+    the loop-invariant query and value buffers out of the tile loop and keeps them in registers
+    (spilling). Computed from the loop counter, it stays in uniform registers."""
+    return t >> 31
+
+
+@gluon.jit
+def _tile_max(s, red_smem, ROWS: gl.constexpr):
+    """Column maxima (ROWS,) of the scores s (TILE, ROWS): each warp reduces its 16 token rows with
+    shuffles, the four partial maxima meet in shared memory (one barrier instead of the three of a
+    generic cross-warp reduction)."""
+    acc_l: gl.constexpr = score_layout(ROWS)
+    per_warp = gl.max(gl.reshape(s, [4, 16, ROWS]), axis=1)
+    red_smem.store(per_warp)
+    gl.thread_barrier()
+    all_l: gl.constexpr = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 8], [1, 0], [2, 0]], lane_bases=[[0, 2], [0, 4], [0, 0], [0, 0], [0, 0]],
+        warp_bases=[[0, 0], [0, 0]], block_bases=[], shape=[4, ROWS])
+    return gl.convert_layout(gl.max(red_smem.load(all_l), axis=0), gl.SliceLayout(0, acc_l))
+
+
+@gluon.jit
+def _load_chunk(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok, C: gl.constexpr):
+    if FORMAT == FMT_MXFP4:
+        return mxfp4.load_chunk(kv_ptr, row_off, sc_ptr, sc_off, ok, C)
+    else:
+        return fp8.load_chunk(kv_ptr, row_off, ok, C)
+
+
+@gluon.jit
+def _decode_chunk(FORMAT: gl.constexpr, raw, tables):
+    if FORMAT == FMT_MXFP4:
+        return mxfp4.decode_chunk(raw[0], raw[1], tables)
+    else:
+        return fp8.decode_chunk(raw)
+
+
+@gluon.jit
+def _tile_rows(FORMAT: gl.constexpr, PAGED: gl.constexpr, first, kv_len, t, live, page, num_pages, page_shift,
+               kv_stride, sc_stride):
+    """Offsets of tile ``t``'s token rows (cache rows in 32-bit words, MXFP4 scale rows in bytes)
+    and which rows exist; ``page``: the tile's ``paging.tile_pages``."""
+    WPT: gl.constexpr = 2 if FORMAT == FMT_MXFP4 else 4
+    row, ok = paging.tile_rows(WPT, first, kv_len, t, live, page, num_pages, page_shift, PAGED)
+    return paging.row_offsets(row, kv_stride, PAGED), paging.row_offsets(row, sc_stride, PAGED), ok
+
+
+@gluon.jit
+def _tile_pages(FORMAT: gl.constexpr, PAGED: gl.constexpr, pages_ptr, first, kv_len, t, live, page_shift):
+    WPT: gl.constexpr = 2 if FORMAT == FMT_MXFP4 else 4
+    return paging.tile_pages(WPT, pages_ptr, first, kv_len, t, live, page_shift, PAGED)
+
+
+@gluon.jit
+def _prefetch_tile(FORMAT: gl.constexpr, PAGED: gl.constexpr, kv_ptr, first, kv_len, t, live, page, num_pages,
+                   page_shift, kv_stride):
+    """L2 prefetch of tile ``t``'s fp8 cache rows (``paging.prefetch_rows``). Not for MXFP4: its loads
+    wait less (half the bytes), and the prefetch made it slower."""
+    if FORMAT == FMT_FP8:
+        row, ok = paging.tile_rows(4, first, kv_len, t, live, page, num_pages, page_shift, PAGED)
+        paging.prefetch_rows(4, kv_ptr, kv_len, t, paging.row_offsets(row, kv_stride, PAGED), ok, kv_stride,
+                             page_shift, PAGED)
+
+
+@gluon.jit
+def _load_tile(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok):
+    raw = ()
+    for c in gl.static_range(NUM_CHUNKS):
+        raw = raw + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )
+    return raw
+
+
+@gluon.jit
+def _stage_query(FORMAT: gl.constexpr, q_smem, q_ptr, stride_qt, stride_qh, q_lo, q_len, H: gl.constexpr,
+                 ROWS: gl.constexpr):
+    """Writes the request's query rows (row n = query token n // H, head n % H) into ``q_smem``
+    (NUM_CHUNKS, ROWS, CHUNK), columns in ``chunk_column`` order. fp8 caches compute in f16: each
+    row is scaled by a power of two that puts its largest magnitude in [2**14, 2**15) (no overflow,
+    11 significant bits). Returns that per-row multiplier (1 for MXFP4), (ROWS,) float32."""
+    ql: gl.constexpr = gl.BlockedLayout([ROWS // 16, 8], [4, 8], [4, 1], [1, 0])
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, ql))
+    cols = chunk_column(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, ql)))
+    ok = rows < q_len * H
+    row_ptr = q_ptr + (q_lo + rows // H).to(gl.int64) * stride_qt + (rows % H) * stride_qh
+    if FORMAT == FMT_FP8:
+        chunks = ()
+        amax = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, ql))
+        for c in gl.static_range(NUM_CHUNKS):
+            x = gl.load(row_ptr[:, None] + (CHUNK * c + cols)[None, :], mask=ok[:, None], other=0.0).to(gl.float32)
+            amax = gl.maximum(amax, gl.max(gl.abs(x), axis=1))
+            chunks = chunks + (x, )
+        exponent = gl.maximum((amax.to(gl.int32, bitcast=True) >> 23) & 0xFF, 15)
+        mult = ((268 - exponent) << 23).to(gl.float32, bitcast=True)
+        for c in gl.static_range(NUM_CHUNKS):
+            q_smem.index(c).store((chunks[c] * mult[:, None]).to(gl.float16))
+    else:
+        for c in gl.static_range(NUM_CHUNKS):
+            q_smem.index(c).store(gl.load(row_ptr[:, None] + (CHUNK * c + cols)[None, :], mask=ok[:, None], other=0.0))
+        mult = gl.full([ROWS], 1.0, gl.float32, gl.SliceLayout(1, ql))
+    fence_async_shared()
+    return mult
+
+
+@gluon.jit
+def _finish(m, l):
+    """(1 / l, base-2 log-sum-exp) of finished rows; 0 and -inf for a row that saw nothing."""
+    empty = l == 0.0
+    inv_l = gl.where(empty, 0.0, 1.0 / gl.where(empty, 1.0, l))
+    lse2 = gl.where(empty, float("-inf"), m + gl.log2(gl.where(empty, 1.0, l)))
+    return inv_l, lse2
+
+
+@gluon.jit
+def _piece_count(first, last, cost_b, num_programs, total):
+    """How many programs hold a piece of a request of ``cost_b`` units whose first and last units
+    programs ``first`` and ``last`` hold. With at least as many programs as units each program holds
+    at most one unit, so every unit is a piece; with fewer, every program's range is non-empty."""
+    return gl.where(num_programs >= total, cost_b, last - first + 1)
+
+
+@gluon.jit
+def _piece_slots(k, first, start_b, num_programs, total):
+    """Workspace slots of pieces ``k`` (int32 tensor, 0 .. count - 1) of a request, in program order:
+    piece k's program is ``first + k`` (fewer programs than units) or the one holding unit
+    ``start_b + k`` (one unit per program). A program's slot is 2i, or 2i + 1 when the request is
+    not the first of its range (only ``first``'s range can start before the request)."""
+    owner = gl.where(num_programs >= total, _program_of(start_b + k, num_programs, total), first + k)
+    return 2 * owner + ((owner == first) & (_range_bound(owner, num_programs, total) < start_b)).to(gl.int32)
+
+
+@gluon.jit
+def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
+                 first, count, start_b, num_programs, total, H: gl.constexpr, ROWS: gl.constexpr,
+                 WRITE_LSE: gl.constexpr):
+    """Merges the ``count`` partial results of one request (``_piece_slots``).
+
+    A first pass over the log-sum-exps gives the merged one; then the parts' outputs are added
+    one after another, each weighted by its share, four parts' loads in flight at a time. Parts
+    are added in program order (deterministic)."""
+    PG: gl.constexpr = 16
+    ll: gl.constexpr = gl.BlockedLayout([PG, 1], [1, 32], [1, 4], [1, 0])
+    rows_l = gl.arange(0, ROWS, layout=gl.SliceLayout(0, ll))
+    m = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(0, ll))
+    w = gl.zeros([ROWS], gl.float32, gl.SliceLayout(0, ll))
+    for g0 in range(0, count, PG):
+        k = g0 + gl.arange(0, PG, layout=gl.SliceLayout(1, ll))
+        ok = k < count
+        slots = _piece_slots(k, first, start_b, num_programs, total)
+        lse_i = gl.load(part_lse_ptr + slots[:, None] * ROWS + rows_l[None, :], mask=ok[:, None] & (rows_l < ROWS)[None, :],
+                        other=float("-inf"))
+        m_new = gl.maximum(m, gl.max(lse_i, axis=0))
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        w = w * gl.exp2(m - m_safe) + gl.sum(gl.exp2(lse_i - m_safe[None, :]), axis=0)
+        m = m_new
+    inv_w, lse2 = _finish(m, w)
+    m_safe = gl.where(m == float("-inf"), 0.0, m)
+
+    # Each half of the 512 columns, PARTS parts per step: their loads are issued together (one
+    # round trip to L2 per step, not per part), then added one after another in program order, so
+    # the result does not depend on timing.
+    PARTS: gl.constexpr = 4
+    HALF: gl.constexpr = VALUE_DIM // 2
+    ol: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, ol))
+    cols = gl.arange(0, HALF, layout=gl.SliceLayout(0, ol))
+    m_o = gl.convert_layout(m_safe, gl.SliceLayout(1, ol))
+    scale = gl.convert_layout(inv_w, gl.SliceLayout(1, ol))
+    ok_rows = rows < q_len * H
+    out_rows = out_ptr + (q_lo + rows // H).to(gl.int64) * stride_ot + (rows % H) * stride_oh
+    for half in gl.static_range(2):
+        offs = rows[:, None] * VALUE_DIM + (HALF * half + cols)[None, :]
+        acc = gl.zeros([ROWS, HALF], gl.float32, ol)
+        for g0 in range(0, count, PARTS):
+            o = ()
+            w_rows = ()
+            for j in gl.static_range(PARTS):
+                live = g0 + j < count
+                slot = _piece_slots(gl.minimum(g0 + j, count - 1), first, start_b, num_programs, total)
+                o = o + (gl.load(part_o_ptr + slot.to(gl.int64) * (ROWS * VALUE_DIM) + offs, mask=live, other=0.0,
+                                  eviction_policy="evict_first"), )
+                w_rows = w_rows + (gl.load(part_lse_ptr + slot * ROWS + rows, mask=live, other=float("-inf")), )
+            for j in gl.static_range(PARTS):
+                acc += o[j] * gl.exp2(w_rows[j] - m_o)[:, None]
+        gl.store(out_rows[:, None] + (HALF * half + cols)[None, :], (acc * scale[:, None]).to(gl.bfloat16),
+                 mask=ok_rows[:, None])
+    if WRITE_LSE:
+        lrows = gl.arange(0, ROWS, layout=gl.SliceLayout(0, ll))
+        ltok = (q_lo + lrows // H).to(gl.int64)
+        gl.store(lse_ptr + ltok * stride_lt + lrows % H, lse2 * LN2, mask=lrows < q_len * H)
+
+
+@gluon.jit
+def mla_decode_hopper_kernel(
+    q_ptr, stride_qt, stride_qh,
+    kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr,
+    kv_indptr, qo_indptr,
+    pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift,
+    out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
+    part_o_ptr, part_lse_ptr, counter_ptr,
+    batch, sm_scale,
+    H: gl.constexpr, ROWS: gl.constexpr, FORMAT: gl.constexpr, BLOCK_B: gl.constexpr, C0: gl.constexpr,
+    WRITE_LSE: gl.constexpr, PAGED: gl.constexpr,
+):
+    """Grid: (programs,), persistent; one warpgroup (4 warps) per program.
+
+    q (total_q, H, 576) bf16, strides (stride_qt, stride_qh, 1). kv: the cache rows as 32-bit words
+    (MXFP4: 288 code bytes, fp8 e4m3fn: 576), row stride kv_stride words; sc: MXFP4 E8M0 rows,
+    stride sc_stride bytes (unused for fp8); fp8_scale_ptr: the fp8 tensor scale, one float32.
+    kv_indptr (batch+1,) int32 prefix sums of cache rows, or with PAGED the cached-token counts
+    (batch,) int32 and the page table in pages_ptr, page_indptr, page_stride, max_pages (pages of
+    1 << page_shift tokens, num_pages in the cache; ``paging``). qo_indptr (batch+1,) int32.
+    out (total_q, H, 512) bf16; lse (total_q, H) float32
+    natural log (if WRITE_LSE). Workspace: part_o (2 * programs, ROWS, 512) float32, part_lse
+    (2 * programs, ROWS) float32, counter (batch,) int32, zero before the first launch and left
+    zero. ROWS: query rows per request covered (>= Lq * H, 16). BLOCK_B: power of two >= max(batch,
+    128). C0: fixed cost of a request in tile units (balance only).
+    """
+    gl.static_assert(ROWS == 16, "the Hopper kernel covers 16 query rows per request")
+    acc_l: gl.constexpr = score_layout(ROWS)
+    MMA_DT: gl.constexpr = gl.float16 if FORMAT == FMT_FP8 else gl.bfloat16
+    q_smem = gl.allocate_shared_memory(MMA_DT, [NUM_CHUNKS, ROWS, CHUNK], q_layout())
+    # One buffer per 64 value columns: the compiler's shared-memory hazard analysis treats stores to
+    # slices of one buffer as conflicting and would put a barrier between consecutive chunks.
+    v_bufs = ()
+    for c in gl.static_range(VALUE_CHUNKS):
+        v_bufs = v_bufs + (gl.allocate_shared_memory(MMA_DT, [1, TILE, CHUNK], v_layout()), )
+    p_all = gl.allocate_shared_memory(MMA_DT, [1, TILE, ROWS], p_layout(ROWS))
+    red_smem = gl.allocate_shared_memory(gl.float32, [4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    zero_smem = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]),
+                                          gl.zeros([1], gl.int32, one))
+
+    pid = gl.program_id(0)
+    num_programs = gl.num_programs(0)
+    bl: gl.constexpr = gl.BlockedLayout([BLOCK_B // 128], [32], [4], [0])
+    bi = gl.arange(0, BLOCK_B, layout=bl)
+    live_b = bi < batch
+    lens = paging.request_lengths(bi, live_b, kv_indptr, page_indptr, max_pages, page_shift, PAGED)
+    cost = gl.where(live_b, (lens + TILE - 1) // TILE + C0, 0)
+    cum = gl.associative_scan(cost, 0, _add)
+    total = gl.sum(cost, axis=0)
+    u_begin = _range_bound(pid, num_programs, total)
+    u_end = _range_bound(pid + 1, num_programs, total)
+
+    kscale = 1.0
+    tables = ()
+    if FORMAT == FMT_FP8:
+        kscale = gl.load(fp8_scale_ptr)
+    else:
+        # A 0 read from shared memory: the tables then live in ordinary registers (prmt reads its
+        # table operands from them; in uniform registers they are copied out before every use).
+        tables = mxfp4.decode_tables(gl.sum(zero_smem.load(one), axis=0))
+    n = gl.arange(0, ROWS, layout=gl.SliceLayout(0, acc_l))
+    # Row k of a value accumulator is stored column chunk_column(k) of its chunk (the value tile is
+    # written in the key operand's column order).
+    dcol = chunk_column(gl.arange(0, CHUNK, layout=gl.SliceLayout(1, acc_l)))
+    r_s = gl.arange(0, TILE, layout=gl.SliceLayout(1, acc_l))
+
+    if u_begin < u_end:
+        b_first = gl.sum((cum <= u_begin).to(gl.int32), axis=0)
+        b_last = gl.sum((cum < u_end).to(gl.int32), axis=0)
+        for b in range(b_first, b_last + 1):
+            cum_b = gl.sum(gl.where(bi == b, cum, 0), axis=0)
+            start_b = cum_b - gl.sum(gl.where(bi == b, cost, 0), axis=0)
+            first_row, kv_len = paging.request_tokens(b, kv_indptr, page_indptr, page_stride, max_pages, page_shift,
+                                                      PAGED)
+            q_lo = gl.load(qo_indptr + b)
+            q_len = gl.load(qo_indptr + b + 1) - q_lo
+            n_tiles = (kv_len + TILE - 1) // TILE
+            t_begin = gl.minimum(gl.maximum(gl.maximum(u_begin, start_b) - start_b - C0, 0), n_tiles)
+            t_end = gl.minimum(gl.maximum(gl.minimum(u_end, cum_b) - start_b - C0, 0), n_tiles)
+            first = _program_of(start_b, num_programs, total)
+            nparts = _piece_count(first, _program_of(cum_b - 1, num_programs, total), cum_b - start_b, num_programs,
+                                  total)
+
+            # A tile's page entries are read two tiles before its rows, its rows prefetched into L2
+            # one tile before they are loaded (``paging``).
+            page = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t_begin, t_begin < t_end, page_shift)
+            row_off, sc_off, ok = _tile_rows(FORMAT, PAGED, first_row, kv_len, t_begin, t_begin < t_end, page,
+                                             num_pages, page_shift, kv_stride, sc_stride)
+            raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)
+            page = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end,
+                               page_shift)
+            page2 = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t_begin + 2, t_begin + 2 < t_end,
+                                page_shift)
+            if PAGED == 0:  # paged: tile t_begin + 1's entries were only just asked for
+                _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page,
+                               num_pages, page_shift, kv_stride)
+            q_mult = _stage_query(FORMAT, q_smem, q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
+            qk = (sm_scale * LOG2E * kscale) / gl.convert_layout(q_mult, gl.SliceLayout(0, acc_l))
+            last_visible = kv_len - q_len + n // H
+            row_ok = n < q_len * H
+
+            m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(0, acc_l))
+            l_acc = gl.zeros([TILE, ROWS], gl.float32, acc_l)
+            st = gl.zeros([TILE, ROWS], gl.float32, acc_l)
+            acc = ()
+            for c in gl.static_range(VALUE_CHUNKS):
+                acc = acc + (warpgroup_mma_init(gl.zeros([CHUNK, ROWS], gl.float32, acc_l)), )
+            for t in range(t_begin, t_end):
+                # The value product of the previous tile still reads the value buffers.
+                acc = warpgroup_mma_wait(0, deps=acc)
+                row_off, sc_off, ok = _tile_rows(FORMAT, PAGED, first_row, kv_len, t + 1, t + 1 < t_end, page,
+                                                 num_pages, page_shift, kv_stride, sc_stride)
+                _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t + 2, t + 2 < t_end, page2, num_pages,
+                               page_shift, kv_stride)
+                page = page2
+                page2 = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t + 3, t + 3 < t_end, page_shift)
+                nxt = ()
+                for c in gl.static_range(NUM_CHUNKS):
+                    keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)
+                    if FORMAT == FMT_MXFP4:
+                        nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )
+                    if c < VALUE_CHUNKS:
+                        v_bufs[c].index(0).store(keys)
+                    q_c = q_smem.index(c + _opaque_zero(t))
+                    st = warpgroup_mma(keys, q_c.permute((1, 0)), st,
+                                       use_acc=c > 0, is_async=True)
+                    if c > 0:
+                        st = warpgroup_mma_wait(1, deps=(st, ))
+                if FORMAT == FMT_MXFP4:
+                    raw = nxt
+                st = warpgroup_mma_wait(0, deps=(st, ))
+                pos = t * TILE + r_s
+                visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
+                s = gl.where(visible, st * qk[None, :], float("-inf"))
+                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))
+                if FORMAT == FMT_FP8:
+                    # After the maximum's exchange through shared memory: loads issued before it
+                    # (ptxas bunches them at the chunks' end) hold up the shared-memory accesses
+                    # behind them in the load/store pipeline until they are accepted.
+                    raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)
+                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+                p = gl.exp2(s - m_safe[None, :])
+                alpha = gl.exp2(m_i - m_safe)
+                l_acc = l_acc * alpha[None, :] + p
+                m_i = m_new
+                scaled = ()
+                for c in gl.static_range(VALUE_CHUNKS):
+                    scaled = scaled + (acc[c] * alpha[None, :], )
+                z = _opaque_zero(t)
+                p_smem = p_all.index(z)
+                p_smem.store(p.to(MMA_DT))
+                fence_async_shared()
+                acc = ()
+                for c in gl.static_range(VALUE_CHUNKS):
+                    acc = acc + (warpgroup_mma(v_bufs[c].index(z).permute((1, 0)), p_smem, scaled[c], is_async=True), )
+            acc = warpgroup_mma_wait(0, deps=acc)
+            inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))
+            factor = (inv_l * kscale)[None, :]
+            tok = (q_lo + n // H).to(gl.int64)
+            if nparts == 1:
+                out_rows = out_ptr + tok * stride_ot + (n % H) * stride_oh
+                for c in gl.static_range(VALUE_CHUNKS):
+                    gl.store(out_rows[None, :] + (CHUNK * c + dcol)[:, None], (acc[c] * factor).to(gl.bfloat16),
+                             mask=row_ok[None, :])
+                if WRITE_LSE:
+                    gl.store(lse_ptr + tok * stride_lt + n % H, lse2 * LN2, mask=row_ok)
+            else:
+                slot = 2 * pid + (b != b_first).to(gl.int32)
+                part_rows = part_o_ptr + (slot * ROWS + n).to(gl.int64) * VALUE_DIM
+                for c in gl.static_range(VALUE_CHUNKS):
+                    gl.store(part_rows[None, :] + (CHUNK * c + dcol)[:, None], acc[c] * factor, eviction_policy="evict_last")
+                gl.store(part_lse_ptr + slot * ROWS + n, lse2, eviction_policy="evict_last")
+                _fence_gpu()
+                gl.thread_barrier()
+                done = gl.atomic_add(counter_ptr + b, 1, sem="acq_rel", scope="gpu")
+                if done == nparts - 1:
+                    _fence_gpu()
+                    _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo,
+                                 q_len, first, nparts, start_b, num_programs, total, H, ROWS, WRITE_LSE)
+                    gl.store(counter_ptr + b, 0)
