@@ -439,9 +439,9 @@ def _wraps_in_place(wrapped, cache) -> bool:
 AUTO_FORMAT_ORDER = ("bf16", "fp8", "mxfp4")
 #: From this many cached tokens, where the Hopper kernel serves a format, 'auto' takes the first
 #: of ``AUTO_HOPPER_ORDER`` it serves: on the H200 (docs/PERF.md) fp8 through it was the fastest
-#: at 64 x 8192 and 256 x 8192, then MXFP4, then bf16 through Triton; at 262144 tokens (32 x 8192,
-#: 256 x 1024) bf16 and fp8 were within 3% of each other, and below bf16 was the fastest.
-AUTO_HOPPER_MIN_TOKENS = 524288
+#: on the four shapes of at least 262144 tokens (32 x 8192, 256 x 1024, 64 x 8192, 256 x 8192),
+#: then MXFP4 or bf16 through Triton; below that bf16 was the fastest.
+AUTO_HOPPER_MIN_TOKENS = 262144
 AUTO_HOPPER_ORDER = ("fp8", "mxfp4")
 _PLAN_CACHE: "collections.OrderedDict[tuple, DecodePlan]" = collections.OrderedDict()
 _PLAN_CACHE_SIZE = 32
