@@ -13,6 +13,8 @@ variant never silently edits something else.
 - ``late3``: fp8's next-tile loads issued after the value products (the next tile's decode then
   waits for them, which the L2 prefetch is meant to make short).
 - ``pf3``: the fp8 L2 prefetch three tiles ahead instead of two (contiguous caches).
+- ``cp4``: fp8's next-tile chunks 0-3 copied by ``cp.async`` into 16 KB of shared memory (no
+  registers, no register scoreboard), chunks 4-8 register loads as shipped.
 - ``before``: the shipped kernel of ``b03fc5a``, before the L2 prefetch (``git show``).
 
 Made the shipped kernel, so no longer variants here: ``l2pf`` (the L2 prefetch,
@@ -63,6 +65,34 @@ def _load_chunk(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok, C: gl
 '''
 
 
+#: ``cp4``: chunks 0-3 of the next fp8 tile copied by ``cp.async`` (no registers) into a 16 KB buffer.
+CP4_HELPERS = """
+
+#: fp8 chunks of the next tile that ``cp.async`` copies into shared memory (the rest: register loads).
+CP_CHUNKS = gl.constexpr(4)
+
+
+@gluon.jit
+def _copy_chunks(raw_smem, kv_ptr, row_off, ok):
+    # Each thread copies the words it will read (chunk_word_layout), 16 bytes per row.
+    word_l: gl.constexpr = chunk_word_layout(4)
+    cols = gl.arange(0, 16, layout=gl.SliceLayout(0, word_l))
+    for c in gl.static_range(CP_CHUNKS):
+        async_copy.async_copy_global_to_shared(raw_smem[c], kv_ptr + row_off[:, None] + (16 * c + cols)[None, :],
+                                               mask=ok[:, None])
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _load_rest(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok):
+    raw = ()
+    for c in gl.static_range(CP_CHUNKS, NUM_CHUNKS):
+        raw = raw + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )
+    return raw
+
+"""
+
+
 def _edit(src, old, new):
     assert src.count(old) == 1, old
     at = src.index(old)
@@ -91,6 +121,46 @@ def _move_fp8_loads(src, after):
     return _edit(FP8_LOADS.sub("", src), after, after + FP8_LOADS_PLAIN)
 
 
+def _cp4(base):
+    """``cp4``: fp8's next-tile chunks 0-3 copied by ``cp.async`` into a 16 KB buffer during the
+    current tile's chunk 3 (after its own chunks 0-3 are read from it), chunks 4-8 register loads
+    after the maximum as shipped; MXFP4 unchanged."""
+    s = _edit(base, "from mixmla.kernels.gluon.layouts import (CHUNK,",
+              "from triton.experimental.gluon.language.nvidia.ampere import async_copy\n"
+              "from mixmla.kernels.gluon.layouts import (chunk_word_layout, CHUNK,")
+    s = _edit(s, "\n\n@gluon.jit\ndef _decode_chunk(", CP4_HELPERS + "\n@gluon.jit\ndef _decode_chunk(")
+    # One buffer per chunk, as the value buffers: slices of one buffer would get a barrier
+    # between consecutive chunks' copies from the shared-memory hazard analysis.
+    s = _edit(s, "    p_all = gl.allocate_shared_memory(",
+              "    raw_smem = ()\n"
+              "    for c in gl.static_range(CP_CHUNKS if FORMAT == FMT_FP8 else 1):\n"
+              "        raw_smem = raw_smem + (gl.allocate_shared_memory(gl.int32, [TILE, 16],\n"
+              "                                                         gl.SwizzledSharedLayout(1, 1, 1, [1, 0])), )\n"
+              "    p_all = gl.allocate_shared_memory(")
+    s = _edit(s, "\n            raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n            page = ",
+              "\n            if FORMAT == FMT_FP8:\n"
+              "                _copy_chunks(raw_smem, kv_ptr, row_off, ok)\n"
+              "                raw = _load_rest(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n"
+              "            else:\n"
+              "                raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n            page = ")
+    s = _edit(s, "                    keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)\n",
+              "                    if FORMAT == FMT_FP8:\n"
+              "                        if c < CP_CHUNKS:\n"
+              "                            if c == 0:\n"
+              "                                async_copy.wait_group(0)\n"
+              "                            words = raw_smem[c].load(chunk_word_layout(4))\n"
+              "                        else:\n"
+              "                            words = raw[c - CP_CHUNKS]\n"
+              "                        keys = to_key_operand(_decode_chunk(FORMAT, words, tables), ROWS)\n"
+              "                        if c == CP_CHUNKS - 1:\n"
+              "                            _copy_chunks(raw_smem, kv_ptr, row_off, ok)\n"
+              "                    else:\n"
+              "                        keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)\n")
+    assert len(FP8_LOADS.findall(s)) == 1
+    return FP8_LOADS.sub("                if FORMAT == FMT_FP8:\n"
+                         "                    raw = _load_rest(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n", s)
+
+
 def variant_sources():
     base = absolute_imports(open(shipped.__file__).read())
     out = {}
@@ -109,6 +179,7 @@ def variant_sources():
     pro = ("                _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page,\n"
            "                               num_pages, page_shift, kv_stride)\n")
     out["pf3"] = _edit(s, pro, pro + pro.replace("t_begin + 1", "t_begin + 2"))
+    out["cp4"] = _cp4(base)
     old = subprocess.run(["git", "show", "b03fc5a:src/mixmla/kernels/gluon/decode.py"], capture_output=True, text=True,
                          cwd=HERE)
     if old.returncode == 0:  # a copy of the tree without its git history has no "before"
