@@ -13,8 +13,8 @@ variant never silently edits something else.
 - ``late3``: fp8's next-tile loads issued after the value products (the next tile's decode then
   waits for them, which the L2 prefetch is meant to make short).
 - ``pf3``: the fp8 L2 prefetch three tiles ahead instead of two (contiguous caches).
-- ``cp4``: fp8's next-tile chunks 0-3 copied by ``cp.async`` into 16 KB of shared memory (no
-  registers, no register scoreboard), chunks 4-8 register loads as shipped.
+- ``cp4``, ``cp6``: fp8's next-tile chunks 0-3 (0-5) copied by ``cp.async`` into 16 (24) KB of
+  shared memory (no registers, no register scoreboard), the other chunks register loads as shipped.
 - ``before``: the shipped kernel of ``b03fc5a``, before the L2 prefetch (``git show``).
 
 Made the shipped kernel, so no longer variants here: ``l2pf`` (the L2 prefetch,
@@ -69,7 +69,7 @@ def _load_chunk(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok, C: gl
 CP4_HELPERS = """
 
 #: fp8 chunks of the next tile that ``cp.async`` copies into shared memory (the rest: register loads).
-CP_CHUNKS = gl.constexpr(4)
+CP_CHUNKS = gl.constexpr(CP_COUNT)
 
 
 @gluon.jit
@@ -121,14 +121,15 @@ def _move_fp8_loads(src, after):
     return _edit(FP8_LOADS.sub("", src), after, after + FP8_LOADS_PLAIN)
 
 
-def _cp4(base):
-    """``cp4``: fp8's next-tile chunks 0-3 copied by ``cp.async`` into a 16 KB buffer during the
-    current tile's chunk 3 (after its own chunks 0-3 are read from it), chunks 4-8 register loads
-    after the maximum as shipped; MXFP4 unchanged."""
+def _cp4(base, count=4):
+    """``cp4``: fp8's next-tile chunks 0-3 (``count`` of them) copied by ``cp.async`` into shared
+    buffers of 4 KB each during the current tile's chunk loop (after its own are read from them),
+    the other chunks register loads after the maximum as shipped; MXFP4 unchanged."""
     s = _edit(base, "from mixmla.kernels.gluon.layouts import (CHUNK,",
               "from triton.experimental.gluon.language.nvidia.ampere import async_copy\n"
               "from mixmla.kernels.gluon.layouts import (chunk_word_layout, CHUNK,")
-    s = _edit(s, "\n\n@gluon.jit\ndef _decode_chunk(", CP4_HELPERS + "\n@gluon.jit\ndef _decode_chunk(")
+    s = _edit(s, "\n\n@gluon.jit\ndef _decode_chunk(",
+              CP4_HELPERS.replace("CP_COUNT", str(count)) + "\n@gluon.jit\ndef _decode_chunk(")
     # One buffer per chunk, as the value buffers: slices of one buffer would get a barrier
     # between consecutive chunks' copies from the shared-memory hazard analysis.
     s = _edit(s, "    p_all = gl.allocate_shared_memory(",
@@ -180,6 +181,7 @@ def variant_sources():
            "                               num_pages, page_shift, kv_stride)\n")
     out["pf3"] = _edit(s, pro, pro + pro.replace("t_begin + 1", "t_begin + 2"))
     out["cp4"] = _cp4(base)
+    out["cp6"] = _cp4(base, 6)
     old = subprocess.run(["git", "show", "b03fc5a:src/mixmla/kernels/gluon/decode.py"], capture_output=True, text=True,
                          cwd=HERE)
     if old.returncode == 0:  # a copy of the tree without its git history has no "before"
