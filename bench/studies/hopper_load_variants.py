@@ -157,6 +157,11 @@ def _cp4(base, count=4):
               "                            _copy_chunks(raw_smem, kv_ptr, row_off, ok)\n"
               "                    else:\n"
               "                        keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)\n")
+    # The last tile's copies (of no rows: zero fill) complete before the next request's are issued
+    # into the same buffers.
+    s = _edit(s, "            acc = warpgroup_mma_wait(0, deps=acc)\n            inv_l, lse2",
+              "            if FORMAT == FMT_FP8:\n                async_copy.wait_group(0)\n"
+              "            acc = warpgroup_mma_wait(0, deps=acc)\n            inv_l, lse2")
     assert len(FP8_LOADS.findall(s)) == 1
     return FP8_LOADS.sub("                if FORMAT == FMT_FP8:\n"
                          "                    raw = _load_rest(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n", s)
