@@ -141,17 +141,25 @@ class DecodePlan:
         # A call whose tensors all have the pointers and layouts of the last call's would pass the
         # same checks and launch the same kernels: its launches are repeated as they are.
         identity = _call_identity(q, cache, target, lse, kv, qo, kv_indptr is None, qo_indptr is None)
-        memo = self._memo
-        if not check and memo is not None and memo[0] == identity and memo[1]():
+        if not check and self._repeated(identity):
             return (target, lse) if return_lse else target
         kv_cache = validate.check_run_inputs(self, q, cache, out, kv_indptr, qo_indptr)
         self._check_out_dtype(out)
         if check:
             validate.check_run_values(self, kv_cache, kv, qo)
-        again = self._plan.run(q, kv_cache, kv, qo, target, lse)
-        self._memo = (identity, again) if identity is not None and again is not None and \
-            _wraps_in_place(kv_cache, cache) else None
+        self._remember(identity, self._plan.run(q, kv_cache, kv, qo, target, lse), kv_cache, cache)
         return (target, lse) if return_lse else target
+
+    def _repeated(self, identity: tuple | None) -> bool:
+        """Whether the last call had ``identity`` (``_call_identity``) and its launches ran again."""
+        memo = self._memo
+        return memo is not None and memo[0] == identity and memo[1]()
+
+    def _remember(self, identity: tuple | None, again, wrapped, cache) -> None:
+        """Keep ``again`` (what the backend's run returned) for calls of ``identity``, where the
+        checks' container ``wrapped`` is a view of the caller's ``cache`` (``_wraps_in_place``)."""
+        self._memo = (identity, again) if identity is not None and again is not None and \
+            _wraps_in_place(wrapped, cache) else None
 
     def _check_out_dtype(self, out: torch.Tensor | None) -> None:
         _check_out_dtype(self.backend, self._out_dtypes, out)
@@ -204,21 +212,32 @@ def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch
     device = _plan_device(q.device)
     planned = _planned(device, checked.num_heads, checked.cache.format, checked.sm_scale, checked.kv_ptr,
                        checked.qo_ptr, 0, config, backend)
-    chosen = planned.backend
-    _check_out_dtype(chosen.name, chosen.out_dtypes, out)
-    ready = planned.for_one_call(device)
-    # Each result its own allocation: results that share a storage would alias, which torch's
-    # custom operators reject.
-    if out is None:
-        out = torch.empty(checked.total_q, checked.num_heads, VALUE_DIM, dtype=torch.bfloat16, device=device)
-    lse = torch.empty(checked.total_q, checked.num_heads, dtype=torch.float32, device=device) if return_lse \
-        else None
+    ready = _one_call_plan(planned, device, out)
+    out, lse = _one_call_results(checked.total_q, checked.num_heads, device, out, return_lse)
     dtypes = ready.indptr_dtypes
     kv = _readable(kv_indptr, checked.kv_ptr, device, dtypes)
     qo = _request_range(device, checked.batch) if qo_indptr is None else \
         _readable(qo_indptr, checked.qo_ptr, device, dtypes)
     ready.run(q, checked.cache, kv, qo, out, lse)
     return (out, lse) if return_lse else out
+
+
+def _one_call_plan(planned: "_Planned", device: torch.device, out: torch.Tensor | None):
+    """The backend plan a one-call decode of ``planned``'s layout runs (``for_one_call``), once
+    ``out`` is known to be a dtype that backend writes."""
+    _check_out_dtype(planned.backend.name, planned.backend.out_dtypes, out)
+    return planned.for_one_call(device)
+
+
+def _one_call_results(total_q: int, num_heads: int, device: torch.device, out: torch.Tensor | None,
+                      return_lse: bool) -> tuple:
+    """``(out, lse)`` of a one-call decode: ``out`` (total_q, H, 512) bf16 unless given, ``lse``
+    (total_q, H) float32 or None. Each its own allocation: results that share a storage would
+    alias, which torch's custom operators reject."""
+    if out is None:
+        out = torch.empty(total_q, num_heads, VALUE_DIM, dtype=torch.bfloat16, device=device)
+    lse = torch.empty(total_q, num_heads, dtype=torch.float32, device=device) if return_lse else None
+    return out, lse
 
 
 def _check_out_dtype(backend: str, dtypes: tuple, out: torch.Tensor | None) -> None:

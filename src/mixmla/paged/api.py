@@ -15,9 +15,8 @@ import numpy as np
 import torch
 
 from .. import validate
-from ..formats import VALUE_DIM
-from ..api import (DecodePlan, _call_identity, _check_out_dtype, _plan_device, _planned, _readable, _request_range,
-                   _wraps_in_place)
+from ..api import (DecodePlan, _call_identity, _one_call_plan, _one_call_results, _plan_device, _planned, _readable,
+                   _request_range)
 from ..kernels.backend import PageTable
 from . import validate as pvalidate
 
@@ -104,8 +103,7 @@ class PagedDecodePlan(DecodePlan):
         # As in DecodePlan.run: a call with the last call's pointers and layouts repeats its launches.
         identity = _call_identity(q, cache, target, lse_out, lse is None, self.qo_indptr, pages.seq_lens,
                                   pages.table, pages.page_indptr)
-        memo = self._memo
-        if not check and memo is not None and memo[0] == identity and memo[1]():
+        if not check and self._repeated(identity):
             return (target, lse_out) if lse_out is not None else target
         paged = pvalidate.check_run_inputs(self, q, cache, out)
         if lse is not None:
@@ -123,9 +121,7 @@ class PagedDecodePlan(DecodePlan):
             pvalidate.check_values(self.pages, paged.num_pages, self.qo_indptr, self.total_q, self.max_q_len, paged)
         out = self.out if out is None else out
         lse = (self.lse if lse is None else lse) if return_lse else None
-        again = self._plan.run_paged(q, paged.rows, pages, self.qo_indptr, out, lse)
-        self._memo = (identity, again) if identity is not None and again is not None and \
-            _wraps_in_place(paged, cache) else None
+        self._remember(identity, self._plan.run_paged(q, paged.rows, pages, self.qo_indptr, out, lse), paged, cache)
         return (out, lse) if return_lse else out
 
     def __repr__(self) -> str:
@@ -182,16 +178,10 @@ def _decode(q, cache, pages_of, qo_indptr, sm_scale, out, return_lse, config, ba
     device = _plan_device(q.device)
     planned = _planned(device, checked.num_heads, paged.format, checked.sm_scale, checked.kv_lens, checked.qo_ptr,
                        paged.page_size, config, backend)
-    chosen = planned.backend
-    _check_out_dtype(chosen.name, chosen.out_dtypes, out)
-    ready = planned.for_one_call(device)
+    ready = _one_call_plan(planned, device, out)
     dtypes = ready.indptr_dtypes
-    _check_table_dtypes(pages, chosen.name, dtypes)
-    # Each result its own allocation, as in mla_decode (results sharing a storage would alias).
-    if out is None:
-        out = torch.empty(checked.total_q, checked.num_heads, VALUE_DIM, dtype=torch.bfloat16, device=device)
-    lse = torch.empty(checked.total_q, checked.num_heads, dtype=torch.float32, device=device) if return_lse \
-        else None
+    _check_table_dtypes(pages, planned.backend.name, dtypes)
+    out, lse = _one_call_results(checked.total_q, checked.num_heads, device, out, return_lse)
     qo = _request_range(device, pages.seq_lens.shape[0]) if qo_indptr is None else \
         _readable(qo_indptr, checked.qo_ptr, device, dtypes)
     ready.run_paged(q, paged.rows, pages, qo, out, lse)
