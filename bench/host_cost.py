@@ -10,7 +10,11 @@ What a serving loop that does not capture graphs pays on the host for every call
   loop's next step); ``plan (new counts)``: after forgetting the work arrays on the device too,
   what a plan costs when its chunk counts are new.
 - ``mla_decode``: ``mixmla.mla_decode(q, cache, kv_indptr, qo_indptr)`` (a layout seen before: the
-  same indptrs for every layer of a step); ``mla_decode (new lengths)``: after ``forget_lengths``.
+  same indptrs for every layer of a step); ``mla_decode (GPU idle)``: the same after a
+  ``torch.cuda.synchronize()`` per call, so that its host read does not wait for the previous
+  call's kernels (the part of ``mla_decode``'s cost that is that wait); ``indptr host read``: the
+  one transfer of both indptrs to the host that ``mla_decode``'s checks make; ``mla_decode (new
+  lengths)``: after ``forget_lengths``.
 - ``custom_kernel``: ``custom_kernel(data, fmt)`` (from its third call on, one graph replay and a
   copy of the output); ``custom_kernel eager``: ``use_graphs=False``.
 - ``flashinfer run``: ``BatchMLAPagedAttentionWrapper.run`` after its plan (bf16 and fp8), as
@@ -200,6 +204,9 @@ def measure(shapes, formats, calls, burst, paged_shapes=(), page_sizes=(), paged
             add(shape, fmt, "plan (new counts)", lambda: mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt),
                 before=forget_counts)
             add(shape, fmt, "mla_decode", lambda: mixmla.mla_decode(q, cache, kv_indptr, qo_indptr))
+            add(shape, fmt, "indptr host read", lambda: validate._host_values([kv_indptr, qo_indptr]))
+            add(shape, fmt, "mla_decode (GPU idle)", lambda: mixmla.mla_decode(q, cache, kv_indptr, qo_indptr),
+                before=torch.cuda.synchronize if cuda else None)
             add(shape, fmt, "mla_decode (new lengths)", lambda: mixmla.mla_decode(q, cache, kv_indptr, qo_indptr),
                 before=forget_lengths)
             add(shape, fmt, "custom_kernel", lambda: api.custom_kernel(data, fmt))

@@ -12,6 +12,7 @@ against the reference where it is affordable, a variant's output bitwise the shi
 table, writes OUTDIR/variants.json.
 """
 
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -36,12 +37,19 @@ SHAPES = [(256, 8192), (64, 8192), (32, 1024), (4, 1024)]
 PAGED_MIN_TOKENS = 1 << 19
 
 
-def compile_variant(fn, spec, num_warps=gcompile.NUM_WARPS, max_registers=gcompile.MAX_REGISTERS):
-    names = list(gcompile.SIGNATURE)
-    attrs = {(names.index(n), ): [["tt.divisibility", d]] for n, d in gcompile.DIVISIBILITY.items()}
-    src = GluonASTSource(fn, dict(gcompile.SIGNATURE), constexprs=spec.constexprs(), attrs=attrs)
+def compile_variant(fn, spec, num_warps=gcompile.NUM_WARPS, max_registers=gcompile.MAX_REGISTERS,
+                    signature=None, cooperative=True):
+    """``fn`` compiled for ``spec`` as ``gcompile.compile_decode`` compiles the shipped kernel;
+    ``signature``: the variant's own argument list (default the shipped one), whose constexprs
+    are taken from ``spec``."""
+    signature = dict(signature or gcompile.SIGNATURE)
+    names = list(signature)
+    attrs = {(names.index(n), ): [["tt.divisibility", d]] for n, d in gcompile.DIVISIBILITY.items() if n in names}
+    constexprs = {k: v for k, v in spec.constexprs().items() if k in signature}
+    src = GluonASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": num_warps, "maxnreg": max_registers})
+                          options={"num_warps": num_warps, "maxnreg": max_registers,
+                                   "launch_cooperative_grid": cooperative})
 
 
 def load_module(name):
@@ -60,16 +68,44 @@ def _label(name):
 
 def _decoder(name, b, fmt, device, paged):
     """A variant module may declare NUM_WARPS (of its default partition: a warp-specialized kernel
-    adds its workers' warps), MAX_REGISTERS and PROGRAMS_PER_SM; otherwise the shipped values."""
+    adds its workers' warps), MAX_REGISTERS, PROGRAMS_PER_SM, SIGNATURE (its own argument list),
+    SPEC (a dict of ``KernelSpec`` fields to override) and COOPERATIVE (launch flag); otherwise
+    the shipped values."""
     if name == "shipped":
         return HopperDecoder(b, 16, fmt, device, paged=paged)
     mod = load_module(name)
     per_sm = getattr(mod, "PROGRAMS_PER_SM", PROGRAMS_PER_SM)
     programs = per_sm * torch.cuda.get_device_properties(device).multi_processor_count
     dec = HopperDecoder(b, 16, fmt, device, paged=paged, programs=programs)
-    dec.kernel = compile_variant(mod.mla_decode_hopper_kernel, dec.spec, getattr(mod, "NUM_WARPS", gcompile.NUM_WARPS),
-                                 getattr(mod, "MAX_REGISTERS", gcompile.MAX_REGISTERS))
+    spec = dataclasses.replace(dec.spec, **getattr(mod, "SPEC", {}))
+    kernel = compile_variant(mod.mla_decode_hopper_kernel, spec, getattr(mod, "NUM_WARPS", gcompile.NUM_WARPS),
+                                 getattr(mod, "MAX_REGISTERS", gcompile.MAX_REGISTERS), getattr(mod, "SIGNATURE", None),
+                                 getattr(mod, "COOPERATIVE", True))
+    signature = getattr(mod, "SIGNATURE", gcompile.SIGNATURE)
+    extra = sum(t == "constexpr" for t in gcompile.SIGNATURE.values()) - sum(t == "constexpr" for t in signature.values())
+    dec.kernel = _Trimmed(kernel, extra) if extra else kernel
     return dec
+
+
+class _Trimmed:
+    """A variant compiled with fewer specialization constants than the shipped kernel: its
+    launcher takes that many fewer trailing placeholders than ``HopperDecoder.launch`` passes."""
+
+    def __init__(self, kernel, extra):
+        self.kernel, self.extra = kernel, extra
+
+    @property
+    def run(self):
+        run = self.kernel.run  # loads the module first, which sets ``function``
+        return lambda *args: run(*args[:len(args) - self.extra])
+
+    @property
+    def function(self):
+        return self.kernel.function
+
+    @property
+    def packed_metadata(self):
+        return self.kernel.packed_metadata
 
 
 def _timed(fn, flusher):

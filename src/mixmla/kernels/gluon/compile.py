@@ -66,4 +66,7 @@ def compile_decode(spec: KernelSpec):
     attrs = {(names.index(n), ): [["tt.divisibility", d]] for n, d in DIVISIBILITY.items()}
     src = GluonASTSource(mla_decode_hopper_kernel, dict(SIGNATURE), constexprs=spec.constexprs(), attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": NUM_WARPS, "maxnreg": MAX_REGISTERS})
+                          options={"num_warps": NUM_WARPS, "maxnreg": MAX_REGISTERS,
+                                   # The programs of a cut request wait for each other's pieces
+                                   # (the merge of ``decode``): the driver must start them all at once.
+                                   "launch_cooperative_grid": True})

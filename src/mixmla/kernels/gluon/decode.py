@@ -5,8 +5,11 @@ every program derives its share of the work from the indptrs on the device: each
 tiles of 64 cached tokens plus ``C0`` units of fixed cost, the units of all requests are cut into
 ``num_programs`` equal ranges, and a program walks the (request, tile range) segments of its range.
 A request that lies inside one range is written directly; one cut by range ends leaves a normalized
-partial result and its log-sum-exp per piece, and the program that finishes last (an atomic count
-per request) merges the pieces in range order, so the result does not depend on timing.
+partial result and its log-sum-exp per piece, counted per request by an atomic. A request cut
+into two pieces is merged by the program that counts the second; a longer one by the programs
+whose whole range lies inside it (they hold nothing else), each writing slices of the output once
+all pieces are counted. Pieces are summed in a fixed order, so the result does not depend on
+timing; the launch is cooperative, so every program it waits for is running.
 
 Per 64-token tile (``S^T = K Q^T`` with tokens in the matrix unit's M slot, query rows in N):
 each 64-column chunk is decoded from registers loaded one tile ahead straight into the ``wgmma``
@@ -17,6 +20,7 @@ program decodes, the other program on the SM keeps the tensor cores busy.
 """
 
 from triton.experimental import gluon
+from triton.runtime.jit import constexpr_function
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
                                                                warpgroup_mma_init, warpgroup_mma_wait)
@@ -190,16 +194,11 @@ def _piece_slots(k, first, start_b, num_programs, total):
 
 
 @gluon.jit
-def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
-                 first, count, start_b, num_programs, total, H: gl.constexpr, ROWS: gl.constexpr,
-                 WRITE_LSE: gl.constexpr):
-    """Merges the ``count`` partial results of one request (``_piece_slots``).
-
-    A first pass over the log-sum-exps gives the merged one; then the parts' outputs are added
-    one after another, each weighted by its share, four parts' loads in flight at a time. Parts
-    are added in program order (deterministic)."""
+def _merged_lse(part_lse_ptr, first, count, start_b, num_programs, total, ROWS: gl.constexpr):
+    """(1 / weight sum, base-2 log-sum-exp, their max or 0 where empty) of a request's ``count``
+    parts (``_piece_slots``), each (ROWS,) in ``SliceLayout(0, merge_lse_layout)``."""
     PG: gl.constexpr = 16
-    ll: gl.constexpr = gl.BlockedLayout([PG, 1], [1, 32], [1, 4], [1, 0])
+    ll: gl.constexpr = _merge_lse_layout()
     rows_l = gl.arange(0, ROWS, layout=gl.SliceLayout(0, ll))
     m = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(0, ll))
     w = gl.zeros([ROWS], gl.float32, gl.SliceLayout(0, ll))
@@ -215,6 +214,26 @@ def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_pt
         m = m_new
     inv_w, lse2 = _finish(m, w)
     m_safe = gl.where(m == float("-inf"), 0.0, m)
+    return inv_w, lse2, m_safe
+
+
+@constexpr_function
+def _merge_lse_layout():
+    """(16 parts, 16 rows) log-sum-exps of a merge step."""
+    return gl.BlockedLayout([16, 1], [1, 32], [1, 4], [1, 0])
+
+
+@gluon.jit
+def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
+                 first, count, start_b, num_programs, total, H: gl.constexpr, ROWS: gl.constexpr,
+                 WRITE_LSE: gl.constexpr):
+    """Merges the ``count`` partial results of one request (``_piece_slots``) in one program.
+
+    A first pass over the log-sum-exps gives the merged one; then the parts' outputs are added
+    one after another, each weighted by its share, four parts' loads in flight at a time. Parts
+    are added in program order (deterministic)."""
+    ll: gl.constexpr = _merge_lse_layout()
+    inv_w, lse2, m_safe = _merged_lse(part_lse_ptr, first, count, start_b, num_programs, total, ROWS)
 
     # Each half of the 512 columns, PARTS parts per step: their loads are issued together (one
     # round trip to L2 per step, not per part), then added one after another in program order, so
@@ -250,6 +269,92 @@ def _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_pt
 
 
 @gluon.jit
+def _merge_slices(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
+                  first, count, start_b, num_programs, total, k, mergers, H: gl.constexpr, ROWS: gl.constexpr,
+                  G: gl.constexpr, SLICE: gl.constexpr, WRITE_LSE: gl.constexpr):
+    """Merger ``k`` of ``mergers`` of the ``count`` partial results of one request: the output
+    columns of slices ``k, k + mergers, ..`` of SLICE columns. G parts' slices (32 KB) are loaded
+    at once and summed in a fixed order (within a thread, then across four lanes), so the result
+    does not depend on timing or on the number of mergers."""
+    ll: gl.constexpr = _merge_lse_layout()
+    inv_w, lse2, m_safe = _merged_lse(part_lse_ptr, first, count, start_b, num_programs, total, ROWS)
+    # (G parts, ROWS, SLICE): G / 4 parts x 4 columns per thread, parts over 4 lanes, columns over 8.
+    tl3: gl.constexpr = gl.BlockedLayout([G // 4, 1, 4], [4, 1, 8], [1, 4, 1], [2, 1, 0])
+    pr_l: gl.constexpr = gl.SliceLayout(2, tl3)
+    rc_l: gl.constexpr = gl.SliceLayout(0, tl3)
+    gi = gl.arange(0, G, layout=gl.SliceLayout(1, pr_l))
+    ri = gl.arange(0, ROWS, layout=gl.SliceLayout(0, pr_l))
+    ci = gl.arange(0, SLICE, layout=gl.SliceLayout(0, gl.SliceLayout(1, tl3)))
+    m3 = gl.convert_layout(m_safe, gl.SliceLayout(0, pr_l))
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, rc_l))
+    cols = gl.arange(0, SLICE, layout=gl.SliceLayout(0, rc_l))
+    scale = gl.convert_layout(inv_w, gl.SliceLayout(1, rc_l))
+    ok_rows = rows < q_len * H
+    out_rows = out_ptr + (q_lo + rows // H).to(gl.int64) * stride_ot + (rows % H) * stride_oh
+    offs = ri[None, :, None] * VALUE_DIM + ci[None, None, :]
+    for sl in range(k, VALUE_DIM // SLICE, mergers):
+        acc = gl.zeros([ROWS, SLICE], gl.float32, rc_l)
+        for g0 in range(0, count, G):
+            j = g0 + gi
+            ok = j < count
+            slots = _piece_slots(gl.minimum(j, count - 1), first, start_b, num_programs, total)
+            lse_t = gl.load(part_lse_ptr + slots[:, None] * ROWS + ri[None, :], mask=ok[:, None], other=float("-inf"))
+            o = gl.load(part_o_ptr + (slots.to(gl.int64) * (ROWS * VALUE_DIM) + SLICE * sl)[:, None, None] + offs,
+                        mask=ok[:, None, None], other=0.0)
+            acc += gl.sum(o * gl.exp2(lse_t - m3[None, :])[:, :, None], axis=0)
+        gl.store(out_rows[:, None] + (SLICE * sl + cols)[None, :], (acc * scale[:, None]).to(gl.bfloat16),
+                 mask=ok_rows[:, None])
+    if WRITE_LSE:
+        if k == 0:
+            lrows = gl.arange(0, ROWS, layout=gl.SliceLayout(0, ll))
+            ltok = (q_lo + lrows // H).to(gl.int64)
+            gl.store(lse_ptr + ltok * stride_lt + lrows % H, lse2 * LN2, mask=lrows < q_len * H)
+
+
+@gluon.jit
+def _merge_width(count):
+    """Output columns per merge step for a request of ``count`` parts: a step loads 32 KB (up to
+    16 parts' slices), so fewer parts make wider slices; at most 512 / width mergers."""
+    return gl.where(count <= 4, 128, gl.where(count <= 8, 64, 32))
+
+
+@gluon.jit
+def _merge_share(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
+                 first, count, start_b, num_programs, total, k, mergers, H: gl.constexpr, ROWS: gl.constexpr,
+                 WRITE_LSE: gl.constexpr):
+    """``_merge_slices`` at the step shape ``_merge_width`` gives for ``count`` parts."""
+    if count <= 4:
+        _merge_slices(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
+                      first, count, start_b, num_programs, total, k, mergers, H, ROWS, 4, 128, WRITE_LSE)
+    elif count <= 8:
+        _merge_slices(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
+                      first, count, start_b, num_programs, total, k, mergers, H, ROWS, 8, 64, WRITE_LSE)
+    else:
+        _merge_slices(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
+                      first, count, start_b, num_programs, total, k, mergers, H, ROWS, 16, 32, WRITE_LSE)
+
+
+@gluon.jit
+def _request_bounds(b, bi, cum, cost, num_programs, total):
+    """(first unit, end unit, first program, pieces) of request ``b``: its cost units are
+    ``[start_b, cum_b)``, held by programs ``first`` .. in ``nparts`` pieces (``_piece_count``)."""
+    cum_b = gl.sum(gl.where(bi == b, cum, 0), axis=0)
+    start_b = cum_b - gl.sum(gl.where(bi == b, cost, 0), axis=0)
+    first = _program_of(start_b, num_programs, total)
+    nparts = _piece_count(first, _program_of(cum_b - 1, num_programs, total), cum_b - start_b, num_programs, total)
+    return start_b, cum_b, first, nparts
+
+
+@gluon.jit
+def _wait_count(ptr, target):
+    """Waits until the count at ``ptr`` reaches ``target`` (plain reads of the count, which other
+    programs raise with release atomics; the fence then orders this program's later reads)."""
+    while gl.load(ptr, volatile=True) < target:
+        pass
+    _fence_gpu()
+
+
+@gluon.jit
 def mla_decode_hopper_kernel(
     q_ptr, stride_qt, stride_qh,
     kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr,
@@ -271,7 +376,7 @@ def mla_decode_hopper_kernel(
     1 << page_shift tokens, num_pages in the cache; ``paging``). qo_indptr (batch+1,) int32.
     out (total_q, H, 512) bf16; lse (total_q, H) float32
     natural log (if WRITE_LSE). Workspace: part_o (2 * programs, ROWS, 512) float32, part_lse
-    (2 * programs, ROWS) float32, counter (batch,) int32, zero before the first launch and left
+    (2 * programs, ROWS) float32, counter (2 * batch,) int32, zero before the first launch and left
     zero. ROWS: query rows per request covered (>= Lq * H, 16). BLOCK_B: power of two >= max(batch,
     128). C0: fixed cost of a request in tile units (balance only).
     """
@@ -320,8 +425,7 @@ def mla_decode_hopper_kernel(
         b_first = gl.sum((cum <= u_begin).to(gl.int32), axis=0)
         b_last = gl.sum((cum < u_end).to(gl.int32), axis=0)
         for b in range(b_first, b_last + 1):
-            cum_b = gl.sum(gl.where(bi == b, cum, 0), axis=0)
-            start_b = cum_b - gl.sum(gl.where(bi == b, cost, 0), axis=0)
+            start_b, cum_b, first, nparts = _request_bounds(b, bi, cum, cost, num_programs, total)
             first_row, kv_len = paging.request_tokens(b, kv_indptr, page_indptr, page_stride, max_pages, page_shift,
                                                       PAGED)
             q_lo = gl.load(qo_indptr + b)
@@ -329,9 +433,6 @@ def mla_decode_hopper_kernel(
             n_tiles = (kv_len + TILE - 1) // TILE
             t_begin = gl.minimum(gl.maximum(gl.maximum(u_begin, start_b) - start_b - C0, 0), n_tiles)
             t_end = gl.minimum(gl.maximum(gl.minimum(u_end, cum_b) - start_b - C0, 0), n_tiles)
-            first = _program_of(start_b, num_programs, total)
-            nparts = _piece_count(first, _program_of(cum_b - 1, num_programs, total), cum_b - start_b, num_programs,
-                                  total)
 
             # A tile's page entries are read two tiles before its rows, its rows prefetched into L2
             # one tile before they are loaded (``paging``).
@@ -425,8 +526,29 @@ def mla_decode_hopper_kernel(
                 _fence_gpu()
                 gl.thread_barrier()
                 done = gl.atomic_add(counter_ptr + b, 1, sem="acq_rel", scope="gpu")
-                if done == nparts - 1:
-                    _fence_gpu()
-                    _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo,
-                                 q_len, first, nparts, start_b, num_programs, total, H, ROWS, WRITE_LSE)
-                    gl.store(counter_ptr + b, 0)
+                # Who merges: the programs whose whole range lies in this request (each holds one
+                # piece and has nothing else to do) share the merge, each writing slices of the
+                # output once every piece is counted; a request without such programs (two pieces)
+                # is merged by the program that counts its last piece. Programs holding other
+                # requests too never wait.
+                one_unit = num_programs >= total
+                inner = gl.where(one_unit, nparts, nparts - 2)
+                if inner == 0:
+                    if done == nparts - 1:
+                        _fence_gpu()
+                        _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
+                                     q_lo, q_len, first, nparts, start_b, num_programs, total, H, ROWS, WRITE_LSE)
+                        gl.store(counter_ptr + b, 0)
+                else:
+                    k = gl.where(one_unit, u_begin - start_b, pid - first - 1)
+                    mergers = gl.minimum(inner, VALUE_DIM // _merge_width(nparts))
+                    if (k >= 0) & (k < mergers):
+                        _wait_count(counter_ptr + b, nparts)
+                        _merge_share(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
+                                     q_lo, q_len, first, nparts, start_b, num_programs, total, k, mergers, H, ROWS,
+                                     WRITE_LSE)
+                        gl.thread_barrier()
+                        left = gl.atomic_add(counter_ptr + batch + b, 1, sem="acq_rel", scope="gpu")
+                        if left == mergers - 1:  # every merger has seen the full count
+                            gl.store(counter_ptr + b, 0)
+                            gl.store(counter_ptr + batch + b, 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ...formats import Fp8Cache, KVCache, Mxfp4Cache
-from .compile import KernelSpec, compile_decode
+from .compile import SIGNATURE, KernelSpec, compile_decode
 
 from ..constants import FMT_FP8, FMT_MXFP4
 ROWS = 16  #: query rows per request the kernel covers (heads x query tokens)
@@ -24,6 +24,10 @@ VALUE_DIM = 512
 MAX_BATCH = 1024  #: larger batches are served by the portable kernel (the per-request tables live in registers)
 #: The kernel's ``PAGED`` forms (``paging``): contiguous, block table, CSR.
 PAGED_FORMS = (0, 1, 2)
+
+
+#: The compiled launcher takes a placeholder for each specialization constant, after the arguments.
+_CONSTEXPR_PLACEHOLDERS = (None, ) * sum(t == "constexpr" for t in SIGNATURE.values())
 
 
 def _block_b(batch: int) -> int:
@@ -101,7 +105,7 @@ class HopperDecoder:
         self.part_o = torch.empty(2 * self.programs, ROWS, VALUE_DIM, dtype=torch.float32, device=device)
         self.part_lse = torch.empty(2 * self.programs, ROWS, dtype=torch.float32, device=device)
         # Zero once; every launch leaves it zero (the merging program resets its request's count).
-        self.counters = torch.zeros(max(1, self.batch), dtype=torch.int32, device=device)
+        self.counters = torch.zeros(2 * max(1, self.batch), dtype=torch.int32, device=device)
         self._dummy_scale = torch.ones(1, dtype=torch.float32, device=device)
 
     def share_workspace(self, other: "HopperDecoder") -> None:
@@ -148,4 +152,4 @@ class HopperDecoder:
               out.data_ptr(), out.stride(0), out.stride(1), lse_t.data_ptr(), lse_stride,
               self.part_o.data_ptr(), self.part_lse.data_ptr(), self.counters.data_ptr(),
               self.batch, float(sm_scale),
-              *([None] * 7))
+              *_CONSTEXPR_PLACEHOLDERS)
