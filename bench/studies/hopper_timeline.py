@@ -34,11 +34,12 @@ from hopper_variants import compile_variant, load_module
 PHASES = ["wait values", "rows", "chunks", "wait scores", "max", "exp+rescale", "P store", "value issue"]
 #: Per request piece, outside the tile loop: from the piece's start to its first tile (request
 #: bounds, query staging, first loads), from its last tile to its end (the last value products,
-#: output or partial stores, fence, count; the merge included), and the merge alone.
-PIECE = ["piece start", "piece end", "merge"]
+#: output or partial stores, fence, count; without the merge), the merge (the last arriver's, or a
+#: merger's share once the count is complete), and a merger's wait for the count.
+PIECE = ["piece start", "piece end", "merge", "merge wait"]
 #: Piece start split: request bounds; first tile's page entries, loads and prefetch issued; query staged.
 START = ["bounds", "first loads", "query"]
-NPROBES = 16
+NPROBES = 17
 
 HELPERS = '''
 
@@ -59,7 +60,7 @@ def _zeros():
 def _store_probes(ptr, pid, probes):
     one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     i = gl.arange(0, 128, layout=one)
-    for k in gl.static_range(16):
+    for k in gl.static_range(17):
         gl.store(ptr + (pid * 16 + k) * 128 + i, probes[k].to(gl.float32))
 
 
@@ -72,20 +73,27 @@ PROBES = [
      "    pid = gl.program_id(0)\n    c_begin = _clock()\n"
      "    ph0 = _zeros(); ph1 = _zeros(); ph2 = _zeros(); ph3 = _zeros(); ph4 = _zeros(); ph5 = _zeros()\n"
      "    ph6 = _zeros(); ph7 = _zeros(); ntl = _zeros(); pq = _zeros(); pe = _zeros(); pm = _zeros()\n"
-     "    sa = _zeros(); sb = _zeros(); sc = _zeros()\n"),
+     "    sa = _zeros(); sb = _zeros(); sc = _zeros(); pw = _zeros()\n"),
     ("            # A tile's page entries are read two tiles before its rows",
      "            e1 = _clock()\n            sa += e1 - d0\n            # A tile's page entries are read two tiles before its rows"),
     ("            q_mult = _stage_query(", "            e2 = _clock()\n            sb += e2 - e1\n            q_mult = _stage_query("),
     ("            qk = (sm_scale * LOG2E * kscale)", "            sc += _clock() - e2\n            qk = (sm_scale * LOG2E * kscale)"),
-    ("            cum_b = gl.sum(gl.where(bi == b, cum, 0), axis=0)\n",
-     "            d0 = _clock()\n            cum_b = gl.sum(gl.where(bi == b, cum, 0), axis=0)\n"),
+    ("            start_b, cum_b, first, nparts = _request_bounds(",
+     "            d0 = _clock()\n            start_b, cum_b, first, nparts = _request_bounds("),
     ("            for t in range(t_begin, t_end):\n",
      "            pq += _clock() - d0\n            for t in range(t_begin, t_end):\n"),
     ("            acc = warpgroup_mma_wait(0, deps=acc)\n            inv_l, lse2",
      "            d2 = _clock()\n            acc = warpgroup_mma_wait(0, deps=acc)\n            inv_l, lse2"),
-    ("                    _merge_parts(part_o_ptr,", "                    d3 = _clock()\n                    _merge_parts(part_o_ptr,"),
-    ("                    gl.store(counter_ptr + b, 0)\n",
-     "                    gl.store(counter_ptr + b, 0)\n                    pm += _clock() - d3\n"),
+    # A request of two pieces: the last arriver's merge.
+    ("                        _merge_parts(part_o_ptr,", "                        d3 = _clock()\n                        _merge_parts(part_o_ptr,"),
+    ("                        gl.store(counter_ptr + b, 0)\n                else:",
+     "                        gl.store(counter_ptr + b, 0)\n                        pm += _clock() - d3\n                else:"),
+    # Longer requests: a merger's wait for the count, then its share of the merge.
+    ("                        _wait_count(counter_ptr + b, nparts)\n",
+     "                        d4 = _clock()\n                        _wait_count(counter_ptr + b, nparts)\n"
+     "                        d5 = _clock()\n                        pw += d5 - d4\n"),
+    ("                        gl.thread_barrier()\n                        left = gl.atomic_add",
+     "                        pm += _clock() - d5\n                        gl.thread_barrier()\n                        left = gl.atomic_add"),
     ("                acc = warpgroup_mma_wait(0, deps=acc)\n                row_off,",
      "                c0 = _clock()\n                acc = warpgroup_mma_wait(0, deps=acc)\n                c1 = _clock()\n"
      "                ph0 += c1 - c0\n                ntl += 1\n                row_off,"),
@@ -112,7 +120,7 @@ def instrumented(src):
         src = src.replace(a, b)
     return src.rstrip("\n") + ("\n            pe += _clock() - d2\n    c_end = _clock()\n"
                                "    _store_probes(lse_ptr, pid, (ph0, ph1, ph2, ph3, ph4, ph5, ph6, ph7, ntl, c_end - c_begin, pq, pe,"
-                               " pm, sa, sb, sc))\n")
+                               " pm, sa, sb, sc, pw))\n")
 
 
 def probed_module(kernel):
@@ -194,8 +202,10 @@ def main():
                        "program mean": round(float(w[:, 9, 0].mean()), 0), "program max": round(float(w[:, 9, 0].max()), 0),
                        # Per program (mean cycles): outside the loop, the merge apart from the rest of a piece's end.
                        "piece start": round(float(w[:, 10, 0].mean()), 0),
-                       "piece end": round(float((w[:, 11, 0] - w[:, 12, 0]).mean()), 0),
+                       "piece end": round(float((w[:, 11, 0] - w[:, 12, 0] - w[:, 16, 0]).mean()), 0),
                        "merge": round(float(w[:, 12, 0].mean()), 0),
+                       "merge wait": round(float(w[:, 16, 0].mean()), 0),
+                       "merge wait in slowest": round(float(w[int(w[:, 9, 0].argmax()), 16, 0]), 0),
                        "merge in slowest": round(float(w[int(w[:, 9, 0].argmax()), 12, 0]), 0),
                        **{name: round(float(w[:, 13 + k, 0].mean()), 0) for k, name in enumerate(START)}}
                 rows.append(row)
