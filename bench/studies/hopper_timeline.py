@@ -11,7 +11,8 @@ wait for the previous tile's value products; row offsets; the nine chunks (decod
 score products issued; MXFP4: the next tile's loads); wait for the score products; mask and tile maximum (fp8: then the next tile's loads);
 probabilities and rescale; P^T store and fence; value products issued. Per shape and format it
 prints the mean cycles per tile of each phase (thread 0 of each warp, over all programs), the
-program's whole time per tile, the mean and slowest program's whole time (cycles), and the GPU time of the uninstrumented and instrumented kernel
+program's whole time per tile, the mean and slowest program's whole time (cycles), the span of all programs and
+how far apart they start and end (us, on the GPU's shared nanosecond timer), and the GPU time of the uninstrumented and instrumented kernel
 (the probes' own cost). ``--compile-only`` compiles on any machine. Writes OUT/timeline.json.
 """
 
@@ -39,7 +40,7 @@ PHASES = ["wait values", "rows", "chunks", "wait scores", "max", "exp+rescale", 
 PIECE = ["piece start", "piece end", "merge", "merge wait"]
 #: Piece start split: request bounds; first tile's page entries, loads and prefetch issued; query staged.
 START = ["bounds", "first loads", "query"]
-NPROBES = 17
+NPROBES = 19
 
 HELPERS = '''
 
@@ -47,6 +48,14 @@ HELPERS = '''
 def _clock():
     one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     return gl.inline_asm_elementwise("mov.u32 $0, %clock;", "=r,r", [gl.full([128], 0, gl.int32, one)],
+                                     dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _globaltimer():
+    """The low 32 bits of the GPU's nanosecond timer, which (unlike %clock) all SMs share."""
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    return gl.inline_asm_elementwise("mov.u32 $0, %globaltimer_lo;", "=r,r", [gl.full([128], 0, gl.int32, one)],
                                      dtype=gl.int32, is_pure=False, pack=1)
 
 
@@ -60,7 +69,7 @@ def _zeros():
 def _store_probes(ptr, pid, probes):
     one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     i = gl.arange(0, 128, layout=one)
-    for k in gl.static_range(17):
+    for k in gl.static_range(19):
         gl.store(ptr + (pid * 16 + k) * 128 + i, probes[k].to(gl.float32))
 
 
@@ -70,7 +79,7 @@ def mla_decode_hopper_kernel('''
 PROBES = [
     ("\n\n@gluon.jit\ndef mla_decode_hopper_kernel(", HELPERS),
     ("    pid = gl.program_id(0)\n",
-     "    pid = gl.program_id(0)\n    c_begin = _clock()\n"
+     "    pid = gl.program_id(0)\n    g_begin = _globaltimer()\n    c_begin = _clock()\n"
      "    ph0 = _zeros(); ph1 = _zeros(); ph2 = _zeros(); ph3 = _zeros(); ph4 = _zeros(); ph5 = _zeros()\n"
      "    ph6 = _zeros(); ph7 = _zeros(); ntl = _zeros(); pq = _zeros(); pe = _zeros(); pm = _zeros()\n"
      "    sa = _zeros(); sb = _zeros(); sc = _zeros(); pw = _zeros()\n"),
@@ -118,9 +127,9 @@ def instrumented(src):
     for a, b in PROBES:
         assert src.count(a) == 1, a
         src = src.replace(a, b)
-    return src.rstrip("\n") + ("\n            pe += _clock() - d2\n    c_end = _clock()\n"
+    return src.rstrip("\n") + ("\n            pe += _clock() - d2\n    c_end = _clock()\n    g_end = _globaltimer()\n"
                                "    _store_probes(lse_ptr, pid, (ph0, ph1, ph2, ph3, ph4, ph5, ph6, ph7, ntl, c_end - c_begin, pq, pe,"
-                               " pm, sa, sb, sc, pw))\n")
+                               " pm, sa, sb, sc, pw, g_begin.to(gl.float32, bitcast=True), g_end.to(gl.float32, bitcast=True)))\n")
 
 
 def probed_module(kernel):
@@ -190,6 +199,12 @@ def main():
                 probed()
                 torch.cuda.synchronize()
                 w = probe.double()[:, :, ::32]  # thread 0 of each warp
+                # Program start and end on the shared nanosecond timer (low 32 bits, read modulo 2**32
+                # relative to the earliest start): how far apart programs start and end, and how much
+                # of the GPU time lies outside every program (launch, teardown).
+                g = probe[:, 17:19, 0].contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+                g = (g - g[:, 0].min()) % (1 << 32)
+                starts, ends = g[:, 0].double() / 1000, g[:, 1].double() / 1000
                 tiles = w[:, 8].sum()
                 per_tile = {ph: round(float(w[:, k].sum() / tiles), 1) for k, ph in enumerate(PHASES)}
                 row = {"kernel": os.path.basename(kernel), "shape": shape, "fmt": name, "plain us": round(t_plain, 1),
@@ -207,6 +222,9 @@ def main():
                        "merge wait": round(float(w[:, 16, 0].mean()), 0),
                        "merge wait in slowest": round(float(w[int(w[:, 9, 0].argmax()), 16, 0]), 0),
                        "merge in slowest": round(float(w[int(w[:, 9, 0].argmax()), 12, 0]), 0),
+                       "span us": round(float(ends.max() - starts.min()), 2),
+                       "start spread us": round(float(starts.max() - starts.min()), 2),
+                       "end spread us": round(float(ends.max() - ends.min()), 2),
                        **{name: round(float(w[:, 13 + k, 0].mean()), 0) for k, name in enumerate(START)}}
                 rows.append(row)
                 print(row, flush=True)
