@@ -196,7 +196,7 @@ def _piece_slots(k, first, start_b, num_programs, total):
 @gluon.jit
 def _merged_lse(part_lse_ptr, first, count, start_b, num_programs, total, ROWS: gl.constexpr):
     """(1 / weight sum, base-2 log-sum-exp, their max or 0 where empty) of a request's ``count``
-    parts (``_piece_slots``), each (ROWS,) in ``SliceLayout(0, merge_lse_layout)``."""
+    parts (``_piece_slots``), each (ROWS,) in ``SliceLayout(0, _merge_lse_layout())``."""
     PG: gl.constexpr = 16
     ll: gl.constexpr = _merge_lse_layout()
     rows_l = gl.arange(0, ROWS, layout=gl.SliceLayout(0, ll))
@@ -322,7 +322,8 @@ def _merge_width(count):
 def _merge_share(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
                  first, count, start_b, num_programs, total, k, mergers, H: gl.constexpr, ROWS: gl.constexpr,
                  WRITE_LSE: gl.constexpr):
-    """``_merge_slices`` at the step shape ``_merge_width`` gives for ``count`` parts."""
+    """``_merge_slices`` at the step shape ``_merge_width`` gives for ``count`` parts (its thresholds,
+    written out: a step's shape is a compile-time constant)."""
     if count <= 4:
         _merge_slices(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, q_lo, q_len,
                       first, count, start_b, num_programs, total, k, mergers, H, ROWS, 4, 128, WRITE_LSE)
