@@ -192,6 +192,21 @@ def test_compiled_launches_dispatch_once_per_key_and_device():
     assert [len(k.dispatched) for k in kernels] == [3, 3]
 
 
+def test_a_bound_launch_holds_addresses_for_tensors_and_every_other_argument_as_given():
+    """``bound_launch`` turns every tensor (a subclass too) into its address and passes the rest
+    (plain scalars, and values of other types) as they are, after the launcher's own arguments."""
+    compiled = CompiledKernel.__new__(CompiledKernel)
+    compiled._run = lambda *a: None
+    compiled.function, compiled.packed_metadata = "function", "metadata"
+    x, w = torch.empty(4), torch.nn.Parameter(torch.empty(2))
+    args = (x, 1, 0.5, True, None, np.int64(3), "s", w)
+    fn, gx, gy, gz, rest = launch.bound_launch(compiled, (3, 2), args)
+    assert fn is compiled._run and (gx, gy, gz) == (3, 2, 1)
+    assert rest == ("function", "metadata", None, None, None, x.data_ptr(), 1, 0.5, True, None, np.int64(3), "s",
+                    w.data_ptr())
+    assert not any(isinstance(a, torch.Tensor) for a in rest)
+
+
 def test_a_launch_hook_sends_every_launch_through_the_dispatcher():
     kernel = _FakeDispatcher()
     launches = [launch.Launch(kernel, (1,), (), {})]

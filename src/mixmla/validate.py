@@ -487,7 +487,8 @@ def check_decode_inputs(
     elif total_q != batch:
         raise ValueError(f"qo_indptr is None, which means one query row per request (batch = {batch} from "
                          f"kv_indptr), but q has total_q = {total_q} rows; pass qo_indptr")
-    check_out(out, total_q, num_heads, device, inputs=[q, *_cache_tensors(kv_cache)])
+    if out is not None:  # none: nothing to check, not even the inputs list to build
+        check_out(out, total_q, num_heads, device, inputs=[q, *_cache_tensors(kv_cache)])
 
     kv_ptr = qo_ptr = None
     if check_values:

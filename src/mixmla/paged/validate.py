@@ -289,7 +289,8 @@ def checked_decode_inputs(q: torch.Tensor, paged: PagedCache, pages: PageTable, 
     elif q.shape[0] != batch:
         raise ValueError(f"qo_indptr is None, which means one query row per request (batch = {batch}), but q has "
                          f"total_q = {q.shape[0]} rows; pass qo_indptr")
-    validate.check_out(out, q.shape[0], q.shape[1], device, inputs=[q, *validate._cache_tensors(paged.rows)])
+    if out is not None:
+        validate.check_out(out, q.shape[0], q.shape[1], device, inputs=[q, *validate._cache_tensors(paged.rows)])
     kv_lens = qo_ptr = None
     if check_values_:
         kv_lens, qo_ptr = check_values(pages, paged.num_pages, qo_indptr, q.shape[0], None, paged)
@@ -312,5 +313,7 @@ def check_run_inputs(plan, q, cache, out=None) -> PagedCache:
     paged = check_cache(cache, plan.page_size, q.device)
     if paged.format != plan.fmt:
         raise ValueError(f"cache: the plan was made for format {plan.fmt!r}, got a {paged.format!r} cache")
-    validate.check_out(out, plan.total_q, plan.num_heads, q.device, inputs=[q, *validate._cache_tensors(paged.rows)])
+    if out is not None:
+        validate.check_out(out, plan.total_q, plan.num_heads, q.device,
+                           inputs=[q, *validate._cache_tensors(paged.rows)])
     return paged

@@ -286,22 +286,41 @@ def launcher_call_is_known(cls: type) -> bool:
     return "".join(source.split()) == _KNOWN_LAUNCHER_CALL
 
 
+def launcher_binding(kernel: CompiledKernel) -> tuple:
+    """``(fn, head)``: what ``bound_launch`` binds of a compiled kernel whatever its arguments, the
+    launcher function and the arguments it takes before the kernel's own (none a tensor). Where
+    the launcher's ``__call__`` is a known one with no scratch to allocate, ``fn`` is the compiled
+    launch function under it."""
+    runner = kernel.run
+    tail = (kernel.packed_metadata, None, None, None)
+    direct = (launcher_call_is_known(type(runner)) and getattr(runner, "global_scratch_size", 1) == 0
+              and getattr(runner, "profile_scratch_size", 1) == 0)
+    if direct:
+        return runner.launch, (kernel.function, runner.launch_cooperative_grid, runner.launch_pdl, None, None) + tail
+    return runner, (kernel.function,) + tail
+
+
+#: Argument types that are never a tensor (``bind`` passes them as they are).
+_SCALAR_TYPES = frozenset({int, float, bool, type(None)})
+
+
+def bind(binding: tuple, grid: tuple, args: tuple) -> tuple:
+    """``bound_launch`` of a kernel whose ``launcher_binding`` is ``binding``."""
+    fn, head = binding
+    # Every call of a one-call decode binds its launches anew: a list comprehension that asks the
+    # plain scalars (most arguments) for their type first costs half of a generator's isinstance
+    # tests, and still takes the address of any tensor, subclasses included.
+    args = [a if type(a) in _SCALAR_TYPES else a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
+    return fn, grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, head + tuple(args)
+
+
 def bound_launch(kernel: CompiledKernel, grid: tuple, args: tuple) -> tuple:
     """``(fn, grid_x, grid_y, grid_z, rest)`` such that ``fn(grid_x, grid_y, grid_z, stream, *rest)``
     does what ``launch_compiled(kernel, grid, stream, args)`` does, with fewer Python layers: tensor
     arguments become their addresses (the launcher takes an int for a pointer, and would otherwise
-    ask each tensor for it), and where the launcher's ``__call__`` is a known one with no scratch
-    to allocate, ``fn`` is the compiled launch function under it. The result holds no tensor."""
-    runner = kernel.run
-    args = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
-    tail = (kernel.packed_metadata, None, None, None) + args
-    gx, gy, gz = grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1
-    direct = (launcher_call_is_known(type(runner)) and getattr(runner, "global_scratch_size", 1) == 0
-              and getattr(runner, "profile_scratch_size", 1) == 0)
-    if direct:
-        return (runner.launch, gx, gy, gz,
-                (kernel.function, runner.launch_cooperative_grid, runner.launch_pdl, None, None) + tail)
-    return runner, gx, gy, gz, (kernel.function,) + tail
+    ask each tensor for it), and ``fn`` is the one of ``launcher_binding``. The result holds no
+    tensor."""
+    return bind(launcher_binding(kernel), grid, args)
 
 
 def _has_hooks(hook) -> bool:
@@ -311,7 +330,8 @@ def _has_hooks(hook) -> bool:
 
 class CompiledLaunches:
     """Compiled kernels per key and CUDA device, so that only the first call of each key goes
-    through the dispatcher (the key: ``(plan_key, call_key)``; the most recent ``capacity`` kept).
+    through the dispatcher (the key: ``(plan_key, call_key)``; the most recent ``capacity`` kept),
+    each kept as its ``launcher_binding``, which is the same for every call.
 
     The dispatcher also runs when a launch hook is set (a profiler's), so that the hook sees the
     launch, and when it did not hand back a compiled kernel (asynchronous compilation).
@@ -327,22 +347,22 @@ class CompiledLaunches:
 
     def launch(self, launches: list[Launch], key: tuple):
         """Launch ``launches`` (their call key ``key``). Returns a function of no arguments that
-        launches the same kernels with the same arguments again, through ``bound_launch``, and
+        launches the same kernels with the same arguments again, through ``bound_launch``'s ``bind``, and
         returns True, or False without launching when a launch hook is set or the current device
         changed (then call ``launch`` again); None when these launches were not compiled yet."""
         if self._current_device is None:
             driver = triton.runtime.driver.active
             self._current_device, self._current_stream = driver.get_current_device, driver.get_current_stream
         device = self._current_device()
-        kernels = None if _hooked() else self._kernels.get((device, key))
-        if kernels is None:
+        bindings = None if _hooked() else self._kernels.get((device, key))
+        if bindings is None:
             compiled = [run(one) for one in launches]
             if not _hooked() and all(isinstance(k, CompiledKernel) for k in compiled):
-                self._kernels[(device, key)] = compiled
+                self._kernels[(device, key)] = [launcher_binding(k) for k in compiled]
                 if len(self._kernels) > self._capacity:  # dicts keep insertion order: drop the oldest
                     del self._kernels[next(iter(self._kernels))]
             return None
-        bound = [bound_launch(kernel, one.grid, one.args) for kernel, one in zip(kernels, launches)]
+        bound = [bind(binding, one.grid, one.args) for binding, one in zip(bindings, launches)]
         current_device, current_stream = self._current_device, self._current_stream
 
         def again() -> bool:
