@@ -104,7 +104,8 @@ class HopperDecoder:
         self.kernel = compile_decode(self.spec)
         self.part_o = torch.empty(2 * self.programs, ROWS, VALUE_DIM, dtype=torch.float32, device=device)
         self.part_lse = torch.empty(2 * self.programs, ROWS, dtype=torch.float32, device=device)
-        # Zero once; every launch leaves it zero (the merging program resets its request's count).
+        # Zero once; every launch leaves them zero (a request's last merger resets its two counts: the
+        # pieces arrived, the mergers done).
         self.counters = torch.zeros(2 * max(1, self.batch), dtype=torch.int32, device=device)
         self._dummy_scale = torch.ones(1, dtype=torch.float32, device=device)
 
