@@ -6,7 +6,7 @@
 Each kernel (``shipped``: kernels/gluon/decode.py; or a variant's source file, as written by
 ``hopper_load_variants.py``) is instrumented by text edits: clock reads between the phases of the
 tile loop, summed per thread over its tiles and written with the tile count and the program's whole
-time to the ``lse`` buffer (float32, (programs, 10, 128); compiled with WRITE_LSE=False). Phases:
+time to the ``lse`` buffer (float32, (programs, 19, 128); compiled with WRITE_LSE=False). Phases:
 wait for the previous tile's value products; row offsets; the nine chunks (decode, value stores,
 score products issued; MXFP4: the next tile's loads); wait for the score products; mask and tile maximum (fp8: then the next tile's loads);
 probabilities and rescale; P^T store and fence; value products issued. Per shape and format it
@@ -70,7 +70,7 @@ def _store_probes(ptr, pid, probes):
     one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     i = gl.arange(0, 128, layout=one)
     for k in gl.static_range(19):
-        gl.store(ptr + (pid * 16 + k) * 128 + i, probes[k].to(gl.float32))
+        gl.store(ptr + (pid * 19 + k) * 128 + i, probes[k].to(gl.float32))
 
 
 @gluon.jit

@@ -8,6 +8,7 @@ Triton kernels on the H200; smaller batches go to Triton, whose per-call cost is
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import torch
@@ -25,7 +26,8 @@ MIN_UNITS_PER_PROGRAM = 4
 
 
 class HopperPlan(BackendPlan):
-    """The Hopper kernel's workspace and compiled specializations for one layout."""
+    """The Hopper kernel's compiled specializations for one layout, and a plan's workspace: the
+    partial results in the owner's float32 buffer (``use_workspace``), the piece counts its own."""
 
     config = None
     schedule = None
@@ -36,27 +38,42 @@ class HopperPlan(BackendPlan):
         sms = torch.cuda.get_device_properties(layout.device).multi_processor_count
         programs = max(1, min(launch.PROGRAMS_PER_SM * sms, -(-units // MIN_UNITS_PER_PROGRAM)))
         self.sm_scale = layout.sm_scale
+        self._device = layout.device
+        self._batch = layout.batch
+        self.workspace_floats = launch.workspace_floats(programs)
         # Per (page-table form, lse): contiguous plans launch form 0; paged plans form 1 (block
         # table) or 2 (CSR), whichever run_paged gets. One workspace: they never run at once.
         forms = (1, 2) if layout.page_size else (0, )
         self.decoders = {(form, lse): launch.HopperDecoder(layout.batch, layout.num_heads, layout.fmt, layout.device,
-                                                           write_lse=lse, programs=programs, paged=form)
+                                                           write_lse=lse, programs=programs, paged=form,
+                                                           allocate=False)
                          for form in forms for lse in (False, True)}
-        first = next(iter(self.decoders.values()))
+
+    def fresh(self) -> "HopperPlan":
+        other = HopperPlan.__new__(HopperPlan)
+        other.sm_scale, other._device, other._batch = self.sm_scale, self._device, self._batch
+        other.workspace_floats = self.workspace_floats
+        other.decoders = {key: copy.copy(decoder) for key, decoder in self.decoders.items()}
+        return other
+
+    def use_workspace(self, buffer: torch.Tensor | None, offset: int = 0) -> None:
+        # The counts are the plan's own: a workspace may be shared with plans that leave anything
+        # in it, and the counts must start at zero.
+        counters = launch.new_counters(self._batch, self._device)
         for decoder in self.decoders.values():
-            if decoder is not first:
-                decoder.share_workspace(first)
+            decoder.use_workspace(buffer, counters, offset)
 
     def _check_cache(self, cache) -> None:
         reason = launch.cache_unsupported(cache)
         if reason is not None:
             raise ValueError(f"cache: the Hopper kernel {reason}; plan with backend='triton'")
 
-    def run(self, q, cache, kv_indptr, qo_indptr, out, lse) -> None:
+    def run(self, q, cache, kv_indptr, qo_indptr, out, lse):
         self._check_cache(cache)
-        self.decoders[0, lse is not None].launch(q, cache, kv_indptr, qo_indptr, out, lse, self.sm_scale)
+        return self._launch(self.decoders[0, lse is not None].bound(q, cache, kv_indptr, qo_indptr, out, lse,
+                                                                    self.sm_scale))
 
-    def run_paged(self, q, cache, pages, qo_indptr, out, lse) -> None:
+    def run_paged(self, q, cache, pages, qo_indptr, out, lse):
         self._check_cache(cache)
         # The kernel bounds a request's tokens by its pages in int32.
         capacity = pages.table.shape[-1] if pages.page_indptr is None else pages.table.shape[0]
@@ -64,9 +81,22 @@ class HopperPlan(BackendPlan):
             raise ValueError(f"pages: the Hopper kernel addresses fewer than 2**31 tokens per request, the table "
                              f"holds {capacity} pages of {pages.page_size}; plan with backend='triton'")
         form = 1 if pages.page_indptr is None else 2
-        self.decoders[form, lse is not None].launch(q, cache, pages.seq_lens, qo_indptr, out, lse, self.sm_scale,
-                                                    table=pages.table, page_indptr=pages.page_indptr,
-                                                    page_size=pages.page_size)
+        return self._launch(self.decoders[form, lse is not None].bound(
+            q, cache, pages.seq_lens, qo_indptr, out, lse, self.sm_scale, table=pages.table,
+            page_indptr=pages.page_indptr, page_size=pages.page_size))
+
+    def _launch(self, launch_on):
+        """Launch on the current stream; returns the repeat ``BackendPlan.run`` describes."""
+        device = self._device
+        launch_on(launch.current_stream(device))
+
+        def again() -> bool:
+            if torch.cuda.current_device() != device.index:
+                return False
+            launch_on(launch.current_stream(device))
+            return True
+
+        return again
 
 
 def capability(device: torch.device) -> tuple[int, int] | None:

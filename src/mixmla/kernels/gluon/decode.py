@@ -52,15 +52,6 @@ def _program_of(u, num_programs, total):
 
 
 @gluon.jit
-def _fence_gpu():
-    """fence.acq_rel.gpu in every thread: orders this thread's global writes before (release) or its
-    reads after (acquire) a barrier and the request's atomic count."""
-    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    gl.inline_asm_elementwise("fence.acq_rel.gpu; mov.u32 $0, 0;", "=r,r", [gl.full([128], 0, gl.int32, one)],
-                              dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
 def _opaque_zero(t):
     """0 for a tile index ``t >= 0``, which the compiler cannot prove: a shared-memory view indexed by
     it is recomputed where it is used. Otherwise the compiler hoists the 72 matrix descriptors of
@@ -348,11 +339,15 @@ def _request_bounds(b, bi, cum, cost, num_programs, total):
 
 @gluon.jit
 def _wait_count(ptr, target):
-    """Waits until the count at ``ptr`` reaches ``target`` (plain reads of the count, which other
-    programs raise with release atomics; the fence then orders this program's later reads)."""
-    while gl.load(ptr, volatile=True) < target:
+    """Waits until the count at ``ptr`` reaches ``target``. Other programs raise it with an acq_rel
+    atomic after a barrier over their stores (a release at GPU scope covers what the barrier
+    ordered before it); every thread here polls with an acquire load, which orders its own later
+    reads of their results, so no thread needs a fence."""
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    ptrs = gl.full([128], 0, gl.int64, one) + ptr.to(gl.int64, bitcast=True)
+    while gl.min(gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptrs], dtype=gl.int32,
+                                           is_pure=False, pack=1), axis=0) < target:
         pass
-    _fence_gpu()
 
 
 @gluon.jit
@@ -524,7 +519,10 @@ def mla_decode_hopper_kernel(
                 for c in gl.static_range(VALUE_CHUNKS):
                     gl.store(part_rows[None, :] + (CHUNK * c + dcol)[:, None], acc[c] * factor)
                 gl.store(part_lse_ptr + slot * ROWS + n, lse2)
-                _fence_gpu()
+                # The count as CUTLASS's semaphores raise it: the barrier orders every thread's
+                # stores before the one thread's acq_rel atomic (a scalar atomic runs in one thread
+                # and reaches the others through shared memory and a barrier, so a last arriver's
+                # reads below follow its acquire).
                 gl.thread_barrier()
                 done = gl.atomic_add(counter_ptr + b, 1, sem="acq_rel", scope="gpu")
                 # Who merges: the programs whose whole range lies in this request (each holds one
@@ -536,7 +534,6 @@ def mla_decode_hopper_kernel(
                 inner = gl.where(one_unit, nparts, nparts - 2)
                 if inner == 0:
                     if done == nparts - 1:
-                        _fence_gpu()
                         _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
                                      q_lo, q_len, first, nparts, start_b, num_programs, total, H, ROWS, WRITE_LSE)
                         gl.store(counter_ptr + b, 0)

@@ -8,6 +8,8 @@ the work from the indptrs on the device, so the lengths may change from launch t
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ...formats import Fp8Cache, KVCache, Mxfp4Cache
@@ -83,17 +85,23 @@ def cache_unsupported(cache: KVCache) -> str | None:
     return None
 
 
+def workspace_floats(programs: int) -> int:
+    """float32 values of the partial results a grid of ``programs`` writes (``HopperDecoder``)."""
+    return 2 * programs * ROWS * (VALUE_DIM + 1)
+
+
 class HopperDecoder:
     """Workspace and compiled kernel for one batch layout.
 
     batch: requests; num_heads: H; fmt: 'fp8' or 'mxfp4'; device: a CUDA device; write_lse: also
     write the log-sum-exp; programs: size of the persistent grid (default: two per SM); paged: the
-    page-table form ``launch`` gets (0 none, 1 block table, 2 CSR).
+    page-table form ``launch`` gets (0 none, 1 block table, 2 CSR); allocate: make its own
+    workspace (otherwise ``use_workspace`` before the first launch).
     ``launch(...)`` writes ``out`` (and ``lse``).
     """
 
     def __init__(self, batch: int, num_heads: int, fmt: str, device: torch.device, write_lse: bool = True,
-                 programs: int | None = None, paged: int = 0):
+                 programs: int | None = None, paged: int = 0, allocate: bool = True):
         self.batch = int(batch)
         self.num_heads = int(num_heads)
         self.format = {"fp8": FMT_FP8.value, "mxfp4": FMT_MXFP4.value}[fmt]
@@ -102,16 +110,66 @@ class HopperDecoder:
         self.spec = KernelSpec(H=self.num_heads, ROWS=ROWS, FORMAT=self.format, BLOCK_B=_block_b(self.batch),
                                C0=REQUEST_COST_TILES, WRITE_LSE=bool(write_lse), PAGED=int(paged))
         self.kernel = compile_decode(self.spec)
-        self.part_o = torch.empty(2 * self.programs, ROWS, VALUE_DIM, dtype=torch.float32, device=device)
-        self.part_lse = torch.empty(2 * self.programs, ROWS, dtype=torch.float32, device=device)
-        # Zero once; every launch leaves them zero (a request's last merger resets its two counts: the
-        # pieces arrived, the mergers done).
-        self.counters = torch.zeros(2 * max(1, self.batch), dtype=torch.int32, device=device)
-        self._dummy_scale = torch.ones(1, dtype=torch.float32, device=device)
+        self._dummy_scale = _unit_scale(device)
+        self.part_o = self.part_lse = self.counters = None
+        if allocate:
+            self.use_workspace(torch.empty(workspace_floats(self.programs), dtype=torch.float32, device=device),
+                               new_counters(self.batch, device))
+
+    def use_workspace(self, buffer: torch.Tensor, counters: torch.Tensor, offset: int = 0) -> None:
+        """Write the partial results into ``buffer[offset:offset + workspace_floats(programs)]``
+        (float32, 16-byte aligned there) and count pieces in ``counters`` (``new_counters``)."""
+        n = 2 * self.programs * ROWS
+        self.part_o = buffer.as_strided((2 * self.programs, ROWS, VALUE_DIM), (ROWS * VALUE_DIM, VALUE_DIM, 1), offset)
+        self.part_lse = buffer.as_strided((2 * self.programs, ROWS), (ROWS, 1), offset + n * VALUE_DIM)
+        self.counters = counters
 
     def share_workspace(self, other: "HopperDecoder") -> None:
         """Use ``other``'s workspace (two specializations of one plan never run at once)."""
         self.part_o, self.part_lse, self.counters = other.part_o, other.part_lse, other.counters
+
+    def arguments(self, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor,
+                  out: torch.Tensor, lse: torch.Tensor | None, sm_scale: float, table: torch.Tensor | None = None,
+                  page_indptr: torch.Tensor | None = None, page_size: int = 0) -> tuple:
+        """The kernel's arguments for ``launch``'s inputs (pointers as addresses), in ``SIGNATURE``
+        order with the specialization constants' placeholders."""
+        if isinstance(cache, Mxfp4Cache):
+            data, scales, fp8_scale = cache.data, cache.scales, self._dummy_scale
+            sc_stride = scales.stride(0)
+        else:
+            data = scales = cache.data
+            fp8_scale, sc_stride = cache.scale, 0
+        kv_stride_words = data.stride(0) * data.element_size() // 4
+        if self.spec.PAGED:
+            pages = table
+            offsets = page_indptr if self.spec.PAGED == 2 else table
+            page_stride = table.stride(0) if self.spec.PAGED == 1 else 0
+            max_pages = table.shape[1] if self.spec.PAGED == 1 else 0
+            num_pages, page_shift = data.shape[0] // page_size, page_size.bit_length() - 1
+        else:  # placeholders the contiguous kernel never reads
+            pages = offsets = kv_indptr
+            page_stride = max_pages = num_pages = page_shift = 0
+        lse_t = lse if lse is not None else self.part_lse
+        lse_stride = lse.stride(0) if lse is not None else 0
+        return (q.data_ptr(), q.stride(0), q.stride(1),
+                data.data_ptr(), kv_stride_words, scales.data_ptr(), sc_stride, fp8_scale.data_ptr(),
+                kv_indptr.data_ptr(), qo_indptr.data_ptr(),
+                pages.data_ptr(), offsets.data_ptr(), page_stride, max_pages, num_pages, page_shift,
+                out.data_ptr(), out.stride(0), out.stride(1), lse_t.data_ptr(), lse_stride,
+                self.part_o.data_ptr(), self.part_lse.data_ptr(), self.counters.data_ptr(),
+                self.batch, float(sm_scale)) + _CONSTEXPR_PLACEHOLDERS
+
+    def bound(self, *args, **kwargs):
+        """A function of a CUDA stream handle that launches the kernel on ``launch``'s inputs
+        (``arguments``) on that stream."""
+        fn, head = _binding(self.kernel)
+        rest = head + self.arguments(*args, **kwargs)
+        grid = self.programs
+
+        def launch_on(stream) -> None:
+            fn(grid, 1, 1, stream, *rest)
+
+        return launch_on
 
     def launch(self, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor,
                out: torch.Tensor, lse: torch.Tensor | None, sm_scale: float, table: torch.Tensor | None = None,
@@ -125,32 +183,32 @@ class HopperDecoder:
         max_pages) int32 with unit last stride or the CSR page indices int32, page_indptr (CSR
         only) (batch+1,) int32; page_size a power of two.
         """
-        if isinstance(cache, Mxfp4Cache):
-            data, scales, fp8_scale = cache.data, cache.scales, self._dummy_scale
-            sc_stride = scales.stride(0)
-        else:
-            data, scales, fp8_scale = cache.data.view(torch.uint8), cache.data.view(torch.uint8), cache.scale
-            sc_stride = 0
-        kv_stride_words = data.stride(0) // 4
-        if self.spec.PAGED:
-            pages = table
-            offsets = page_indptr if self.spec.PAGED == 2 else table
-            page_stride = table.stride(0) if self.spec.PAGED == 1 else 0
-            max_pages = table.shape[1] if self.spec.PAGED == 1 else 0
-            num_pages, page_shift = data.shape[0] // page_size, page_size.bit_length() - 1
-        else:  # placeholders the contiguous kernel never reads
-            pages = offsets = kv_indptr
-            page_stride = max_pages = num_pages = page_shift = 0
-        lse_t = lse if lse is not None else self.part_lse
-        lse_stride = lse.stride(0) if lse is not None else 0
-        k = self.kernel
-        stream = torch.cuda.current_stream(self.device).cuda_stream
-        k.run(self.programs, 1, 1, stream, k.function, k.packed_metadata, None, None, None,
-              q.data_ptr(), q.stride(0), q.stride(1),
-              data.data_ptr(), kv_stride_words, scales.data_ptr(), sc_stride, fp8_scale.data_ptr(),
-              kv_indptr.data_ptr(), qo_indptr.data_ptr(),
-              pages.data_ptr(), offsets.data_ptr(), page_stride, max_pages, num_pages, page_shift,
-              out.data_ptr(), out.stride(0), out.stride(1), lse_t.data_ptr(), lse_stride,
-              self.part_o.data_ptr(), self.part_lse.data_ptr(), self.counters.data_ptr(),
-              self.batch, float(sm_scale),
-              *_CONSTEXPR_PLACEHOLDERS)
+        self.bound(q, cache, kv_indptr, qo_indptr, out, lse, sm_scale, table, page_indptr,
+                   page_size)(current_stream(self.device))
+
+
+def new_counters(batch: int, device: torch.device) -> torch.Tensor:
+    """The piece counts of a workspace: (2 * batch,) int32 zeros; every launch leaves them zero (a
+    request's last merger resets its two counts: the pieces arrived, the mergers done)."""
+    return torch.zeros(2 * max(1, batch), dtype=torch.int32, device=device)
+
+
+def current_stream(device: torch.device) -> int:
+    """The raw handle of ``device``'s current stream (Triton's driver asks torch for it without
+    the Stream object ``torch.cuda.current_stream`` makes)."""
+    import triton
+
+    return triton.runtime.driver.active.get_current_stream(device.index)
+
+
+@functools.lru_cache(maxsize=16)
+def _unit_scale(device: torch.device) -> torch.Tensor:
+    """The fp8 scale MXFP4 launches pass (never read): one per device."""
+    return torch.ones(1, dtype=torch.float32, device=device)
+
+
+@functools.lru_cache(maxsize=None)
+def _binding(kernel) -> tuple:
+    from ..triton.launch import launcher_binding
+
+    return launcher_binding(kernel)

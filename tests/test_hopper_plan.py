@@ -1,0 +1,121 @@
+"""The Hopper backend's host side without a GPU: its plans copy a layout's compiled
+specializations instead of being made again, each takes its partial results from its owner's
+workspace and keeps its own zeroed piece counts, and a repeated run launches the same arguments
+on the current stream. The kernel launch is replaced by a recorder (the kernel itself is
+checked by tests/test_hopper_compile.py on the CPU and tests/test_hopper_gpu.py on the H200)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+import mixmla
+from mixmla import api
+from mixmla.formats import quantize
+
+from conftest import indptr
+
+H = 16
+CPU = torch.device("cpu")
+
+
+class _Recorder:
+    """What ``launch.compile_decode`` returns here: a compiled kernel whose launcher records its
+    calls (``launcher_binding`` takes an unknown launcher through ``run`` itself)."""
+
+    def __init__(self, spec, calls):
+        self.spec, self.function, self.packed_metadata = spec, object(), object()
+        self.run = lambda *args: calls.append((spec, args))
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    """The real Gluon backend on CPU tensors with recorded launches: ``(backend module, launch
+    module, calls, plans made)``."""
+    from mixmla.kernels.gluon import backend, launch
+
+    calls, made = [], []
+    monkeypatch.setattr(launch, "compile_decode", lambda spec: _Recorder(spec, calls))
+    monkeypatch.setattr(launch, "_binding", launch._binding.__wrapped__)  # the recorder is not cached
+    monkeypatch.setattr(launch, "current_stream", lambda device: 7)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(
+        multi_processor_count=132))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)  # CPU tensors: device.index is None
+    monkeypatch.setattr(backend.GluonBackend, "unsupported", lambda self, layout: None)
+    real_init = backend.HopperPlan.__init__
+    monkeypatch.setattr(backend.HopperPlan, "__init__", lambda self, layout: made.append(1) or real_init(self, layout))
+    monkeypatch.setattr(api, "_LAYOUTS", {})
+    return backend, launch, calls, made
+
+
+def _inputs(fmt, kv_lens, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    kv = torch.randn(sum(kv_lens), 576, generator=gen)
+    q = torch.randn(len(kv_lens), H, 576, generator=gen).to(torch.bfloat16)
+    return q, quantize(kv, fmt)
+
+
+def _pointer_args(args):
+    """The kernel arguments of a recorded launch (after grid, stream, function, metadata and the
+    three launcher placeholders), by ``compile.SIGNATURE`` name."""
+    from mixmla.kernels.gluon.compile import SIGNATURE
+
+    return dict(zip(SIGNATURE, args[9:]))
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
+def test_one_call_decodes_of_a_known_layout_plan_once_and_launch_one_kernel(hopper, fmt):
+    _, _, calls, made = hopper
+    kv_lens = [700, 0, 1333]
+    q, cache = _inputs(fmt, kv_lens)
+    kv = indptr(kv_lens, device=CPU)
+    for _ in range(3):
+        out = mixmla.mla_decode(q, cache, kv, backend="gluon")
+        assert out.shape == (3, H, 512)
+    assert len(made) == 1 and len(calls) == 3
+    spec, args = calls[-1]
+    assert args[:4] == (max(1, -(-(sum((n + 63) // 64 for n in kv_lens) + 2 * 3) // 4)), 1, 1, 7)
+    named = _pointer_args(args)
+    assert named["q_ptr"] == q.data_ptr() and named["out_ptr"] == out.data_ptr() and named["batch"] == 3
+
+
+def test_plans_of_a_layout_share_kernels_not_workspace(hopper):
+    backend, launch, calls, made = hopper
+    kv_lens = [64, 300]
+    kv = indptr(kv_lens, device=CPU)
+    a, b = mixmla.plan(kv, num_heads=H, fmt="fp8", backend="gluon"), mixmla.plan(kv, num_heads=H, fmt="fp8",
+                                                                                 backend="gluon")
+    assert len(made) == 1 and a.backend == b.backend == "gluon"
+    da, db = a._plan.decoders[0, False], b._plan.decoders[0, False]
+    assert da.kernel is db.kernel and da.spec == db.spec
+    assert da.part_o.data_ptr() != db.part_o.data_ptr() and da.counters.data_ptr() != db.counters.data_ptr()
+    # The partial results in the plan's own buffer, after its outputs.
+    assert da.part_o.untyped_storage().data_ptr() == a.out.untyped_storage().data_ptr()
+    assert da.part_o.data_ptr() % 16 == 0 and da.part_lse.data_ptr() % 16 == 0
+    assert da.part_lse.data_ptr() == da.part_o.data_ptr() + da.part_o.numel() * 4
+    assert da.part_o.shape == (2 * da.programs, 16, 512)
+    assert a.lse.data_ptr() + a.lse.numel() * 4 <= da.part_o.data_ptr()  # no overlap with the results
+    for p in (a, b):  # every specialization of a plan on the same workspace and counts
+        ds = list(p._plan.decoders.values())
+        assert len({(d.part_o.data_ptr(), d.counters.data_ptr()) for d in ds}) == 1
+        assert torch.equal(ds[0].counters, torch.zeros(2 * len(kv_lens), dtype=torch.int32))
+    template = api._LAYOUTS[next(iter(api._LAYOUTS))].template
+    assert all(d.part_o is None for d in template.decoders.values())  # the template never gets a workspace
+
+
+def test_a_repeated_run_launches_the_same_arguments(hopper):
+    _, _, calls, _ = hopper
+    kv_lens = [129, 5]
+    q, cache = _inputs("mxfp4", kv_lens, seed=1)
+    p = mixmla.plan(indptr(kv_lens, device=CPU), num_heads=H, fmt="mxfp4", backend="gluon")
+    p.run(q, cache)
+    p.run(q, cache)
+    out, lse = p.run(q, cache, return_lse=True)
+    assert len(calls) == 3 and calls[0] == calls[1]
+    assert calls[0][0].WRITE_LSE is False and calls[2][0].WRITE_LSE is True
+    assert _pointer_args(calls[2][1])["lse_ptr"] == lse.data_ptr()
+    q2, _ = _inputs("mxfp4", kv_lens, seed=2)
+    p.run(q2, cache)  # another q: checked and launched with its address
+    assert _pointer_args(calls[3][1])["q_ptr"] == q2.data_ptr()
