@@ -88,21 +88,26 @@ def test_plans_of_a_layout_share_kernels_not_workspace(hopper):
     a, b = mixmla.plan(kv, num_heads=H, fmt="fp8", backend="gluon"), mixmla.plan(kv, num_heads=H, fmt="fp8",
                                                                                  backend="gluon")
     assert len(made) == 1 and a.backend == b.backend == "gluon"
-    da, db = a._plan.decoders[0, False], b._plan.decoders[0, False]
-    assert da.kernel is db.kernel and da.spec == db.spec
-    assert da.part_o.data_ptr() != db.part_o.data_ptr() and da.counters.data_ptr() != db.counters.data_ptr()
-    # The partial results in the plan's own buffer, after its outputs.
-    assert da.part_o.untyped_storage().data_ptr() == a.out.untyped_storage().data_ptr()
-    assert da.part_o.data_ptr() % 16 == 0 and da.part_lse.data_ptr() % 16 == 0
-    assert da.part_lse.data_ptr() == da.part_o.data_ptr() + da.part_o.numel() * 4
-    assert da.part_o.shape == (2 * da.programs, 16, 512)
-    assert a.lse.data_ptr() + a.lse.numel() * 4 <= da.part_o.data_ptr()  # no overlap with the results
-    for p in (a, b):  # every specialization of a plan on the same workspace and counts
-        ds = list(p._plan.decoders.values())
-        assert len({(d.part_o.data_ptr(), d.counters.data_ptr()) for d in ds}) == 1
-        assert torch.equal(ds[0].counters, torch.zeros(2 * len(kv_lens), dtype=torch.int32))
+    assert a._plan.decoders is b._plan.decoders  # compiled once, shared
+    wa, wb = a._plan.workspace, b._plan.workspace
+    assert wa.part_o != wb.part_o and wa.counters != wb.counters
+    programs = a._plan.decoders[0, False].programs
+    buffer, counters = wa.tensors
+    # The partial results in the plan's own buffer, after its outputs, 16-byte aligned.
+    assert buffer.untyped_storage().data_ptr() == a.out.untyped_storage().data_ptr()
+    assert a.lse.data_ptr() + a.lse.numel() * 4 <= wa.part_o and wa.part_o % 16 == 0 and wa.part_lse % 16 == 0
+    assert wa.part_lse == wa.part_o + 2 * programs * 16 * 512 * 4
+    assert wa.part_lse + 2 * programs * 16 * 4 <= buffer.data_ptr() + buffer.numel() * 4
+    assert torch.equal(counters, torch.zeros(2 * len(kv_lens), dtype=torch.int32))
     template = api._LAYOUTS[next(iter(api._LAYOUTS))].template
-    assert all(d.part_o is None for d in template.decoders.values())  # the template never gets a workspace
+    assert template.workspace is None  # the template never gets a workspace
+    q, cache = _inputs("fp8", kv_lens)
+    a.run(q, cache)
+    b.run(q, cache, return_lse=True)
+    for (_, args), w in zip(calls, (wa, wb)):
+        named = _pointer_args(args)
+        assert (named["part_o_ptr"], named["part_lse_ptr"], named["counter_ptr"]) == w[:3]
+    assert _pointer_args(calls[0][1])["lse_ptr"] == wa.part_lse  # no lse: the kernel gets a valid address
 
 
 def test_a_repeated_run_launches_the_same_arguments(hopper):

@@ -26,8 +26,9 @@ MIN_UNITS_PER_PROGRAM = 4
 
 
 class HopperPlan(BackendPlan):
-    """The Hopper kernel's compiled specializations for one layout, and a plan's workspace: the
-    partial results in the owner's float32 buffer (``use_workspace``), the piece counts its own."""
+    """The Hopper kernel's compiled specializations for one layout (``decoders``, without a
+    workspace: shared by the layout's plans), and a plan's ``workspace``: the partial results in
+    the owner's float32 buffer (``use_workspace``), the piece counts its own."""
 
     config = None
     schedule = None
@@ -40,6 +41,8 @@ class HopperPlan(BackendPlan):
         self.sm_scale = layout.sm_scale
         self._device = layout.device
         self._batch = layout.batch
+        self._programs = programs
+        self.workspace = None
         self.workspace_floats = launch.workspace_floats(programs)
         # Per (page-table form, lse): contiguous plans launch form 0; paged plans form 1 (block
         # table) or 2 (CSR), whichever run_paged gets. One workspace: they never run at once.
@@ -51,17 +54,15 @@ class HopperPlan(BackendPlan):
 
     def fresh(self) -> "HopperPlan":
         other = HopperPlan.__new__(HopperPlan)
-        other.sm_scale, other._device, other._batch = self.sm_scale, self._device, self._batch
-        other.workspace_floats = self.workspace_floats
-        other.decoders = {key: copy.copy(decoder) for key, decoder in self.decoders.items()}
+        other.__dict__.update(self.__dict__)  # the compiled decoders are shared: they hold no workspace
+        other.workspace = None
         return other
 
     def use_workspace(self, buffer: torch.Tensor | None, offset: int = 0) -> None:
         # The counts are the plan's own: a workspace may be shared with plans that leave anything
         # in it, and the counts must start at zero.
-        counters = launch.new_counters(self._batch, self._device)
-        for decoder in self.decoders.values():
-            decoder.use_workspace(buffer, counters, offset)
+        self.workspace = launch.Workspace.of(buffer, launch.new_counters(self._batch, self._device), self._programs,
+                                             offset)
 
     def _check_cache(self, cache) -> None:
         reason = launch.cache_unsupported(cache)
@@ -71,7 +72,7 @@ class HopperPlan(BackendPlan):
     def run(self, q, cache, kv_indptr, qo_indptr, out, lse):
         self._check_cache(cache)
         return self._launch(self.decoders[0, lse is not None].bound(q, cache, kv_indptr, qo_indptr, out, lse,
-                                                                    self.sm_scale))
+                                                                    self.sm_scale, workspace=self.workspace))
 
     def run_paged(self, q, cache, pages, qo_indptr, out, lse):
         self._check_cache(cache)
@@ -83,7 +84,7 @@ class HopperPlan(BackendPlan):
         form = 1 if pages.page_indptr is None else 2
         return self._launch(self.decoders[form, lse is not None].bound(
             q, cache, pages.seq_lens, qo_indptr, out, lse, self.sm_scale, table=pages.table,
-            page_indptr=pages.page_indptr, page_size=pages.page_size))
+            page_indptr=pages.page_indptr, page_size=pages.page_size, workspace=self.workspace))
 
     def _launch(self, launch_on):
         """Launch on the current stream; returns the repeat ``BackendPlan.run`` describes."""

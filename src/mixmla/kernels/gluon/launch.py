@@ -9,6 +9,7 @@ the work from the indptrs on the device, so the lengths may change from launch t
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 
@@ -86,17 +87,36 @@ def cache_unsupported(cache: KVCache) -> str | None:
 
 
 def workspace_floats(programs: int) -> int:
-    """float32 values of the partial results a grid of ``programs`` writes (``HopperDecoder``)."""
+    """float32 values of the partial results a grid of ``programs`` writes (``Workspace``)."""
     return 2 * programs * ROWS * (VALUE_DIM + 1)
 
 
+class Workspace(NamedTuple):
+    """Where a launch writes its partial results and counts a request's pieces, as addresses:
+    part_o (2 * programs, ROWS, 512) float32, part_lse (2 * programs, ROWS) float32, counters
+    (2 * batch,) int32, zero before the first launch (every launch leaves them zero). ``tensors``:
+    what holds them (kept alive with the workspace)."""
+
+    part_o: int
+    part_lse: int
+    counters: int
+    tensors: tuple
+
+    @classmethod
+    def of(cls, buffer: torch.Tensor, counters: torch.Tensor, programs: int, offset: int = 0) -> "Workspace":
+        """The partial results in ``buffer[offset:offset + workspace_floats(programs)]`` (float32,
+        16-byte aligned there) and the counts in ``counters`` (``new_counters``)."""
+        part_o = buffer.data_ptr() + 4 * offset
+        return cls(part_o, part_o + 4 * 2 * programs * ROWS * VALUE_DIM, counters.data_ptr(), (buffer, counters))
+
+
 class HopperDecoder:
-    """Workspace and compiled kernel for one batch layout.
+    """Compiled kernel (and by default workspace) for one batch layout.
 
     batch: requests; num_heads: H; fmt: 'fp8' or 'mxfp4'; device: a CUDA device; write_lse: also
     write the log-sum-exp; programs: size of the persistent grid (default: two per SM); paged: the
     page-table form ``launch`` gets (0 none, 1 block table, 2 CSR); allocate: make its own
-    workspace (otherwise ``use_workspace`` before the first launch).
+    ``workspace`` (otherwise every launch is given one).
     ``launch(...)`` writes ``out`` (and ``lse``).
     """
 
@@ -105,34 +125,26 @@ class HopperDecoder:
         self.batch = int(batch)
         self.num_heads = int(num_heads)
         self.format = {"fp8": FMT_FP8.value, "mxfp4": FMT_MXFP4.value}[fmt]
-        self.device = device
+        # With its index: the launch asks for the current stream of exactly this device.
+        self.device = device if device.type != "cuda" or device.index is not None else \
+            torch.device("cuda", torch.cuda.current_device())
         self.programs = programs or PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
         self.spec = KernelSpec(H=self.num_heads, ROWS=ROWS, FORMAT=self.format, BLOCK_B=_block_b(self.batch),
                                C0=REQUEST_COST_TILES, WRITE_LSE=bool(write_lse), PAGED=int(paged))
         self.kernel = compile_decode(self.spec)
-        self._dummy_scale = _unit_scale(device)
-        self.part_o = self.part_lse = self.counters = None
-        if allocate:
-            self.use_workspace(torch.empty(workspace_floats(self.programs), dtype=torch.float32, device=device),
-                               new_counters(self.batch, device))
-
-    def use_workspace(self, buffer: torch.Tensor, counters: torch.Tensor, offset: int = 0) -> None:
-        """Write the partial results into ``buffer[offset:offset + workspace_floats(programs)]``
-        (float32, 16-byte aligned there) and count pieces in ``counters`` (``new_counters``)."""
-        n = 2 * self.programs * ROWS
-        self.part_o = buffer.as_strided((2 * self.programs, ROWS, VALUE_DIM), (ROWS * VALUE_DIM, VALUE_DIM, 1), offset)
-        self.part_lse = buffer.as_strided((2 * self.programs, ROWS), (ROWS, 1), offset + n * VALUE_DIM)
-        self.counters = counters
-
-    def share_workspace(self, other: "HopperDecoder") -> None:
-        """Use ``other``'s workspace (two specializations of one plan never run at once)."""
-        self.part_o, self.part_lse, self.counters = other.part_o, other.part_lse, other.counters
+        self._dummy_scale = _unit_scale(self.device)
+        self.workspace = Workspace.of(torch.empty(workspace_floats(self.programs), dtype=torch.float32,
+                                                  device=self.device),
+                                      new_counters(self.batch, self.device), self.programs) if allocate else None
 
     def arguments(self, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor,
                   out: torch.Tensor, lse: torch.Tensor | None, sm_scale: float, table: torch.Tensor | None = None,
-                  page_indptr: torch.Tensor | None = None, page_size: int = 0) -> tuple:
+                  page_indptr: torch.Tensor | None = None, page_size: int = 0,
+                  workspace: Workspace | None = None) -> tuple:
         """The kernel's arguments for ``launch``'s inputs (pointers as addresses), in ``SIGNATURE``
-        order with the specialization constants' placeholders."""
+        order with the specialization constants' placeholders; ``workspace``: default the
+        decoder's own."""
+        work = workspace or self.workspace
         if isinstance(cache, Mxfp4Cache):
             data, scales, fp8_scale = cache.data, cache.scales, self._dummy_scale
             sc_stride = scales.stride(0)
@@ -149,14 +161,13 @@ class HopperDecoder:
         else:  # placeholders the contiguous kernel never reads
             pages = offsets = kv_indptr
             page_stride = max_pages = num_pages = page_shift = 0
-        lse_t = lse if lse is not None else self.part_lse
-        lse_stride = lse.stride(0) if lse is not None else 0
+        lse_t, lse_stride = (lse.data_ptr(), lse.stride(0)) if lse is not None else (work.part_lse, 0)
         return (q.data_ptr(), q.stride(0), q.stride(1),
                 data.data_ptr(), kv_stride_words, scales.data_ptr(), sc_stride, fp8_scale.data_ptr(),
                 kv_indptr.data_ptr(), qo_indptr.data_ptr(),
                 pages.data_ptr(), offsets.data_ptr(), page_stride, max_pages, num_pages, page_shift,
-                out.data_ptr(), out.stride(0), out.stride(1), lse_t.data_ptr(), lse_stride,
-                self.part_o.data_ptr(), self.part_lse.data_ptr(), self.counters.data_ptr(),
+                out.data_ptr(), out.stride(0), out.stride(1), lse_t, lse_stride,
+                work.part_o, work.part_lse, work.counters,
                 self.batch, float(sm_scale)) + _CONSTEXPR_PLACEHOLDERS
 
     def bound(self, *args, **kwargs):
