@@ -10,6 +10,8 @@ variant never silently edits something else.
 - ``noload``: the next tile's loads masked off (every tile decodes zeros: wrong by design, a bound).
 - ``cg``: the raw loads with the ``.cg`` cache modifier (no L1 allocation).
 - ``late2``: fp8's next-tile loads issued after P^T is stored instead of after the tile maximum.
+- ``afterfence``: fp8's next-tile loads issued after P^T's store and its proxy fence (ncu, ninth
+  session: ``fence.proxy.async`` waits for the loads issued before it).
 - ``late3``: fp8's next-tile loads issued after the value products (the next tile's decode then
   waits for them, which the L2 prefetch is meant to make short).
 - ``pf3``: the fp8 L2 prefetch three tiles ahead instead of two (contiguous caches).
@@ -180,6 +182,7 @@ def variant_sources():
     out["cg"] = s
     out["late2"] = _move_fp8_loads(base, "                p_smem.store(p.to(MMA_DT))\n")
     out["late3"] = _move_fp8_loads(base, "scaled[c], is_async=True), )\n")
+    out["afterfence"] = _move_fp8_loads(base, "                p_smem.store(p.to(MMA_DT))\n                fence_async_shared()\n")
     s = _edit(base, "_prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t + 2, t + 2 < t_end, page2,",
               "_prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t + 3, t + 3 < t_end, page2,")
     pro = ("                _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page,\n"

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ..constants import FMT_FP8, FMT_FP8_FNUZ, LN2
-from .paging import gather_fill, gathered_visible, request_tokens, tile_pages, token_rows
+from .paging import gather_fill, gathered_visible, request_tokens, tile_end, tile_pages, token_rows
 from .pieces import NOPE_HALF, ROPE_HALF, load_query_piece, store_value_rows
 from .softmax import finish_rows, online_softmax_step
 from .tiles import load_key_tile
@@ -144,8 +144,9 @@ def mla_decode_kernel(
         pos = t0 + tl.arange(0, BLOCK_T)
         page = page_next
         page_next = tile_pages(kv_first, t0 + BLOCK_T, t_end, pages, PAGE_SIZE, BLOCK_T)
-        tok, tok_read, tok_ok, back = token_rows(kv_first, kv_len, fill, t0, pos < t_end, page, pages, num_pages,
-                                                 table_len, PAGE_SIZE, BLOCK_T, ROWS32, WIDE_TABLE, WINDOW)
+        end = tile_end(t0, t_end, page, num_pages, PAGE_SIZE, BLOCK_T, DIRECT)
+        tok, tok_read, tok_ok, back = token_rows(kv_first, kv_len, fill, t0, pos < end, page, pages, num_pages,
+                                                 table_len, PAGE_SIZE, BLOCK_T, ROWS32, WIDE_TABLE, WINDOW, DIRECT)
         # One decoded tile serves as the keys (all 576 columns) and the values (the nope pieces).
         k_nope_a, k_nope_b, k_rope_a, k_rope_b = load_key_tile(
             kv_ptr, kv_stride, scale_ptr, scale_stride, tok, tok_read, FORMAT, INTERPRETED)

@@ -151,8 +151,23 @@ def gather_fill(first, kv_len, pages, num_pages, table_len, PAGE_SIZE: tl.conste
 
 
 @triton.jit
+def tile_end(t0, t_end, page, num_pages, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr, NARROW: tl.constexpr):
+    """The position bound of the tile at ``t0``: ``t_end``, or with NARROW ``t0`` (no position) when
+    pages hold whole tiles and the tile's entry ``page`` (``tile_pages``) is outside the pool. The
+    caller's ``pos < tile_end`` is then the tile's whole row mask for ``token_rows`` (give it the
+    same NARROW): one scalar select per tile instead of a per-row predicate on the entry, as the
+    contiguous kernel's single compare. The kernel narrows in direct grids, where it measured
+    faster on the H200 (docs/PERF.md, step 65); split grids keep the per-row predicate."""
+    if NARROW and PAGE_SIZE != 0 and PAGE_SIZE % BLOCK_T == 0:
+        return tl.where(_in_pool(page, num_pages), t_end, t0)
+    else:
+        return t_end
+
+
+@triton.jit
 def token_rows(first, kv_len, fill, t0, tok_ok, page, pages, num_pages, table_len, PAGE_SIZE: tl.constexpr,
-               BLOCK_T: tl.constexpr, ROWS32: tl.constexpr, WIDE_TABLE: tl.constexpr, WINDOW: tl.constexpr):
+               BLOCK_T: tl.constexpr, ROWS32: tl.constexpr, WIDE_TABLE: tl.constexpr, WINDOW: tl.constexpr,
+               NARROWED: tl.constexpr):
     """``(rows, read, seen, back)`` of the tile of token positions ``t0 .. t0 + BLOCK_T`` (t0 a
     multiple of BLOCK_T, below the request's ``kv_len``) of a request whose ``request_tokens`` gave
     ``first``: the cache rows (T,) to load, which of them to load (``read``), which hold a token
@@ -163,8 +178,8 @@ def token_rows(first, kv_len, fill, t0, tok_ok, page, pages, num_pages, table_le
     Contiguous: rows ``first + t0 + i``, ``read`` and ``seen`` are ``tok_ok``, ``back`` 0. Pages of
     at least a tile (a multiple of BLOCK_T) hold a whole tile: one page entry is read and the rows
     are consecutive, as in the contiguous layout, which keeps the contiguous kernel's address
-    arithmetic and registers; ``read`` and ``seen`` are ``tok_ok`` narrowed to an entry in the pool.
-    Rows are int64 in both.
+    arithmetic and registers; ``read`` and ``seen`` are ``tok_ok`` narrowed to an entry in the pool
+    (NARROWED: the caller's ``tile_end`` already did). Rows are int64 in both.
 
     Smaller pages are gathered token by token. Without WINDOW (``windowed_gather``) each position
     below the chunk's end reads its own entry, ``read`` and ``seen`` are ``tok_ok`` narrowed to an
@@ -186,7 +201,7 @@ def token_rows(first, kv_len, fill, t0, tok_ok, page, pages, num_pages, table_le
     if PAGE_SIZE == 0:
         return first + pos, tok_ok, tok_ok, 0
     elif PAGE_SIZE % BLOCK_T == 0:
-        ok = tok_ok & (page >= 0) & (page < num_pages)
+        ok = tok_ok if NARROWED else tok_ok & (page >= 0) & (page < num_pages)
         return page * PAGE_SIZE + (t0 % PAGE_SIZE) + tl.arange(0, BLOCK_T), ok, ok, 0
     elif not WINDOW:
         entry = tl.load(pages + first + pos // PAGE_SIZE, mask=tok_ok, other=0).to(tl.int64)
