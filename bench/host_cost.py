@@ -29,14 +29,17 @@ What a serving loop that does not capture graphs pays on the host for every call
 
 A sample is ``time.perf_counter`` around one call, which returns once its GPU work is queued; calls
 run in bursts of ``--burst`` after a ``torch.cuda.synchronize()``, so the launch queue never fills
-and GPU time does not leak in. Reported per entry point: the median, 10th and 90th percentiles over
-``--calls`` calls (after 20 untimed), in microseconds.
+and GPU time does not leak in. The calls are taken in ``--rounds`` rounds, each visiting every
+entry point for ``calls / rounds`` calls (after 20 untimed), so that a host whose speed drifts over
+the minutes of a run (freshly started machines do) shifts every entry alike. Reported per entry
+point: the median, 10th and 90th percentiles over all its calls and the median of each round, in
+microseconds.
 
 Without a GPU the same entry points run on CPU tensors in Triton's interpreter with every kernel
 launch replaced by nothing: the Python of mixmla's side only (``mode: cpu-python``), no transfers.
 
     PYTHONPATH=src python3 bench/host_cost.py --out DIR [--shapes 4x1024,64x1024,256x1024]
-        [--formats bf16,fp8,mxfp4] [--calls 400] [--burst 20]
+        [--formats bf16,fp8,mxfp4] [--calls 400] [--burst 20] [--rounds 4]
         [--paged [--paged-shapes 4x1024,64x8192,256x8192] [--page-sizes 1,64] [--paged-formats bf16]]
 
 ``--shapes ''`` skips the contiguous entry points.
@@ -65,8 +68,9 @@ from mixmla.kernels.triton import launch
 HEADS = 16
 
 
-def sample(fn, calls: int, burst: int, cuda: bool, before=None) -> dict:
-    """Host microseconds per call of ``fn()``: median, p10, p90 over ``calls`` timed calls."""
+def sample(fn, calls: int, burst: int, cuda: bool, before=None) -> list[float]:
+    """Host microseconds of ``calls`` timed calls of ``fn()`` (after 20 untimed ones), in bursts of
+    ``burst`` after a synchronize; ``before()`` runs untimed before each call."""
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     for _ in range(20):
         if before:
@@ -83,6 +87,11 @@ def sample(fn, calls: int, burst: int, cuda: bool, before=None) -> dict:
             fn()
             times.append((time.perf_counter() - t0) * 1e6)
     sync()
+    return times
+
+
+def summary(times: list[float]) -> dict:
+    """Median, p10 and p90 of host microseconds."""
     q = statistics.quantiles(times, n=10)
     return {"median_us": statistics.median(times), "p10_us": q[0], "p90_us": q[-1], "n": len(times)}
 
@@ -155,65 +164,91 @@ def forget_counts() -> None:
     triton_backend._schedule_on_device.cache_clear()
 
 
-def measure(shapes, formats, calls, burst, paged_shapes=(), page_sizes=(), paged_formats=()) -> list[dict]:
+def measure(shapes, formats, calls, burst, paged_shapes=(), page_sizes=(), paged_formats=(), rounds=4) -> list[dict]:
+    """One row per (shape, format, entry point): the ``summary`` of its ``calls`` samples and the
+    median of each round. The samples are taken in ``rounds`` rounds, each visiting every entry
+    point in turn for ``calls / rounds`` calls, so that a host that runs faster or slower over the
+    minutes of a run (seen on freshly started machines) shifts every entry alike instead of the
+    ones measured last."""
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
-    rows = []
+    jobs = []
 
     def add(shape, fmt, entry, fn, before=None):
-        r = sample(fn, calls, burst, cuda, before)
-        rows.append(dict(shape=shape, format=fmt, entry=entry, **r))
-        print(f"  {shape:>9} {fmt or '':>6} {entry:<26} {r['median_us']:8.1f} us  (p10 {r['p10_us']:.1f}, "
-              f"p90 {r['p90_us']:.1f})", flush=True)
+        jobs.append((shape, fmt, entry, fn, before))
 
     if cuda:
         jit_call, handle_call = _empty_kernel_calls()
         add("-", None, "triton @jit empty", jit_call)
         add("-", None, "triton handle empty", handle_call)
+    # Each batch's entry points are made in a function of their own, so that every closure keeps
+    # its own batch (they run later, round after round).
+    def paged_entries(shape, batch, kv_len, fmt, page):
+        d = paged_batch(batch, kv_len, page, fmt, device, seed=batch + kv_len)
+        q, pool, bt, lens, qo = d["q"], d["pool"], d["block_table"], d["seq_lens"], d["qo_indptr"]
+        ind, idx = d["kv_indptr"], d["kv_indices"]
+        out = torch.empty(batch, HEADS, 512, dtype=torch.bfloat16, device=device)
+        label = f"{shape}/{page}"
+        p = mixmla.plan_paged(bt, lens, page, qo, HEADS, fmt)
+        add(label, fmt, "plan_paged", lambda: mixmla.plan_paged(bt, lens, page, qo, HEADS, fmt))
+        add(label, fmt, "paged run", lambda: p.run(q, pool, out=out))
+        add(label, fmt, "mla_decode_paged", lambda: mixmla.mla_decode_paged(q, pool, bt, lens))
+        pc = mixmla.plan_paged_csr(ind, idx, lens, page, qo, HEADS, fmt)
+        add(label, fmt, "plan_paged_csr", lambda: mixmla.plan_paged_csr(ind, idx, lens, page, qo, HEADS, fmt))
+        add(label, fmt, "paged csr run", lambda: pc.run(q, pool, out=out))
+        add(label, fmt, "mla_decode_paged_csr", lambda: mixmla.mla_decode_paged_csr(q, pool, ind, idx, lens))
+
     for shape in paged_shapes:
         batch, kv_len = (int(x) for x in shape.split("x"))
         for fmt in paged_formats:
             for page in page_sizes:
-                d = paged_batch(batch, kv_len, page, fmt, device, seed=batch + kv_len)
-                q, pool, bt, lens, qo = d["q"], d["pool"], d["block_table"], d["seq_lens"], d["qo_indptr"]
-                ind, idx = d["kv_indptr"], d["kv_indices"]
-                out = torch.empty(batch, HEADS, 512, dtype=torch.bfloat16, device=device)
-                label = f"{shape}/{page}"
-                p = mixmla.plan_paged(bt, lens, page, qo, HEADS, fmt)
-                add(label, fmt, "plan_paged", lambda: mixmla.plan_paged(bt, lens, page, qo, HEADS, fmt))
-                add(label, fmt, "paged run", lambda: p.run(q, pool, out=out))
-                add(label, fmt, "mla_decode_paged", lambda: mixmla.mla_decode_paged(q, pool, bt, lens))
-                pc = mixmla.plan_paged_csr(ind, idx, lens, page, qo, HEADS, fmt)
-                add(label, fmt, "plan_paged_csr", lambda: mixmla.plan_paged_csr(ind, idx, lens, page, qo, HEADS, fmt))
-                add(label, fmt, "paged csr run", lambda: pc.run(q, pool, out=out))
-                add(label, fmt, "mla_decode_paged_csr", lambda: mixmla.mla_decode_paged_csr(q, pool, ind, idx, lens))
-                del d, pool, p, pc
+                paged_entries(shape, batch, kv_len, fmt, page)
+
+    def entries(shape, data, fmt):
+        q, kv, qo_indptr, kv_indptr, _ = data
+        cache = kv[fmt]
+        p = mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt)
+        out = torch.empty(q.shape[0], HEADS, 512, dtype=torch.bfloat16, device=device)
+        add(shape, fmt, "run", lambda: p.run(q, cache, out=out))
+        add(shape, fmt, "run+lse", lambda: p.run(q, cache, out=out, return_lse=True))
+        add(shape, fmt, "plan", lambda: mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt))
+        add(shape, fmt, "plan (new lengths)", lambda: mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt),
+            before=forget_lengths)
+        add(shape, fmt, "plan (new counts)", lambda: mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt),
+            before=forget_counts)
+        add(shape, fmt, "mla_decode", lambda: mixmla.mla_decode(q, cache, kv_indptr, qo_indptr))
+        add(shape, fmt, "indptr host read", lambda: validate._host_values([kv_indptr, qo_indptr]))
+        add(shape, fmt, "mla_decode (GPU idle)", lambda: mixmla.mla_decode(q, cache, kv_indptr, qo_indptr),
+            before=torch.cuda.synchronize if cuda else None)
+        add(shape, fmt, "mla_decode (new lengths)", lambda: mixmla.mla_decode(q, cache, kv_indptr, qo_indptr),
+            before=forget_lengths)
+        add(shape, fmt, "custom_kernel", lambda: api.custom_kernel(data, fmt))
+        add(shape, fmt, "custom_kernel eager", lambda: api.custom_kernel(data, fmt, use_graphs=False))
+        peer = _flashinfer_call(data, fmt) if cuda else None
+        if peer is not None:
+            add(shape, fmt, "flashinfer run", peer)
+
     for shape in shapes:
         batch, kv_len = (int(x) for x in shape.split("x"))
         data = generate_input(batch, 1, kv_len, seed=batch + kv_len, num_heads=HEADS, device=device)
-        q, kv, qo_indptr, kv_indptr, _ = data
         for fmt in formats:
-            cache = kv[fmt]
-            p = mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt)
-            out = torch.empty(q.shape[0], HEADS, 512, dtype=torch.bfloat16, device=device)
-            add(shape, fmt, "run", lambda: p.run(q, cache, out=out))
-            add(shape, fmt, "run+lse", lambda: p.run(q, cache, out=out, return_lse=True))
-            add(shape, fmt, "plan", lambda: mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt))
-            add(shape, fmt, "plan (new lengths)", lambda: mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt),
-                before=forget_lengths)
-            add(shape, fmt, "plan (new counts)", lambda: mixmla.plan(kv_indptr, qo_indptr, HEADS, fmt),
-                before=forget_counts)
-            add(shape, fmt, "mla_decode", lambda: mixmla.mla_decode(q, cache, kv_indptr, qo_indptr))
-            add(shape, fmt, "indptr host read", lambda: validate._host_values([kv_indptr, qo_indptr]))
-            add(shape, fmt, "mla_decode (GPU idle)", lambda: mixmla.mla_decode(q, cache, kv_indptr, qo_indptr),
-                before=torch.cuda.synchronize if cuda else None)
-            add(shape, fmt, "mla_decode (new lengths)", lambda: mixmla.mla_decode(q, cache, kv_indptr, qo_indptr),
-                before=forget_lengths)
-            add(shape, fmt, "custom_kernel", lambda: api.custom_kernel(data, fmt))
-            add(shape, fmt, "custom_kernel eager", lambda: api.custom_kernel(data, fmt, use_graphs=False))
-            peer = _flashinfer_call(data, fmt) if cuda else None
-            if peer is not None:
-                add(shape, fmt, "flashinfer run", peer)
+            entries(shape, data, fmt)
+
+    per_round = [max(10, calls // rounds)] * rounds
+    times = [[] for _ in jobs]
+    medians = [[] for _ in jobs]
+    for r in range(rounds):
+        for i, (shape, fmt, entry, fn, before) in enumerate(jobs):
+            t = sample(fn, per_round[r], burst, cuda, before)
+            times[i] += t
+            medians[i].append(round(statistics.median(t), 1))
+        print(f"  round {r + 1}/{rounds} done", flush=True)
+    rows = []
+    for (shape, fmt, entry, _, _), t, m in zip(jobs, times, medians):
+        row = dict(shape=shape, format=fmt, entry=entry, **summary(t), round_medians_us=m)
+        rows.append(row)
+        print(f"  {shape:>9} {fmt or '':>6} {entry:<26} {row['median_us']:8.1f} us  (p10 {row['p10_us']:.1f}, "
+              f"p90 {row['p90_us']:.1f}; rounds {' '.join(f'{x:.0f}' for x in m)})", flush=True)
     return rows
 
 
@@ -241,6 +276,7 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default="bf16,fp8,mxfp4")
     ap.add_argument("--calls", type=int, default=400, help="timed calls per entry point")
     ap.add_argument("--burst", type=int, default=20, help="calls between synchronizations")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds over all entry points, calls / rounds each")
     ap.add_argument("--paged", action="store_true", help="also the paged entry points")
     ap.add_argument("--paged-shapes", default="4x1024,64x8192,256x8192", help="batch x cached tokens (paged)")
     ap.add_argument("--page-sizes", default="1,64", help="tokens per page (paged)")
@@ -261,9 +297,10 @@ def main(argv=None) -> int:
 
     rows = measure(items(a.shapes), items(a.formats), a.calls, a.burst,
                    items(a.paged_shapes) if a.paged else (), [int(p) for p in items(a.page_sizes)],
-                   items(a.paged_formats))
+                   items(a.paged_formats), a.rounds)
     doc = {"schema": "mixmla-host-cost/1", "mode": "gpu" if cuda else "cpu-python", "device": info, "commit": commit,
-           "settings": {"calls": a.calls, "burst": a.burst, "heads": HEADS, "paged": a.paged}, "rows": rows}
+           "settings": {"calls": a.calls, "burst": a.burst, "rounds": a.rounds, "heads": HEADS,
+                                                                        "paged": a.paged}, "rows": rows}
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "host_cost.json")
     with open(path, "w") as f:

@@ -17,6 +17,10 @@ variant never silently edits something else.
 - ``pf3``: the fp8 L2 prefetch three tiles ahead instead of two (contiguous caches).
 - ``cp4``, ``cp6``: fp8's next-tile chunks 0-3 (0-5) copied by ``cp.async`` into 16 (24) KB of
   shared memory (no registers, no register scoreboard), the other chunks register loads as shipped.
+- ``mxcp``: MXFP4's next-tile code words copied by ``cp.async`` into shared memory (18 KB) instead
+  of registers (the tile carried in registers: 54 -> 18), each chunk read back when its copy group
+  is done (ninth session: ncu finds MXFP4 latency-bound at 255 registers); ``mxcp2``: the same
+  with each chunk's words read one chunk ahead.
 - ``before``: the shipped kernel of ``b03fc5a``, before the L2 prefetch (``git show``).
 
 Made the shipped kernel, so no longer variants here: ``l2pf`` (the L2 prefetch,
@@ -169,6 +173,106 @@ def _cp4(base, count=4):
                          "                    raw = _load_rest(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n", s)
 
 
+#: ``mxcp``: MXFP4's code words go through shared memory by ``cp.async`` (the scales stay register loads).
+MXCP_HELPERS = """
+
+@gluon.jit
+def _copy_codes(buf, kv_ptr, row_off, ok, C: gl.constexpr):
+    # Each thread copies the 8 bytes per row it will read (chunk_word_layout(2)); one group per chunk.
+    word_l: gl.constexpr = chunk_word_layout(2)
+    cols = gl.arange(0, 8, layout=gl.SliceLayout(0, word_l))
+    async_copy.async_copy_global_to_shared(buf, kv_ptr + row_off[:, None] + (8 * C + cols)[None, :], mask=ok[:, None])
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _copy_tile(bufs, kv_ptr, row_off, ok):
+    for c in gl.static_range(NUM_CHUNKS):
+        _copy_codes(bufs[c], kv_ptr, row_off, ok, c)
+
+
+@gluon.jit
+def _load_scales(sc_ptr, sc_row_off, tok_ok, C: gl.constexpr):
+    sc_l: gl.constexpr = gl.SliceLayout(2, mxfp4_scale_layout())
+    blk = gl.arange(0, 2, layout=gl.SliceLayout(0, sc_l))
+    sc_rows = gl.convert_layout(sc_row_off, gl.SliceLayout(1, sc_l), assert_trivial=True)
+    sc_ok = gl.convert_layout(tok_ok, gl.SliceLayout(1, sc_l), assert_trivial=True)
+    return gl.inline_asm_elementwise(mxfp4.SCALE_LOAD_ASM, "=r,l,r", [sc_ptr + sc_rows[:, None] + (2 * C + blk)[None, :],
+                                                                   sc_ok[:, None].to(gl.int32)],
+                                     dtype=gl.int32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def _load_scale_tile(sc_ptr, sc_off, ok):
+    raw = ()
+    for c in gl.static_range(NUM_CHUNKS):
+        raw = raw + (_load_scales(sc_ptr, sc_off, ok, c), )
+    return raw
+
+"""
+
+
+def _mxcp(base):
+    """``mxcp``: MXFP4's next-tile code words copied by ``cp.async`` into nine 2 KB shared buffers
+    (one per chunk, 18 KB) in the chunk loop, after this tile's chunk is read from its buffer; a
+    chunk waits for its own copy group (the eight issued after it may still be in flight). The
+    scale bytes stay register loads; the tile's prefetched registers drop from 54 to 18. fp8
+    unchanged."""
+    s = _edit(base, "from mixmla.kernels.gluon.layouts import (CHUNK,",
+              "from triton.experimental.gluon.language.nvidia.ampere import async_copy\n"
+              "from mixmla.kernels.gluon.layouts import (chunk_word_layout, mxfp4_scale_layout, CHUNK,")
+    s = _edit(s, "\n\n@gluon.jit\ndef _decode_chunk(", MXCP_HELPERS + "\n@gluon.jit\ndef _decode_chunk(")
+    s = _edit(s, "    p_all = gl.allocate_shared_memory(",
+              "    code_bufs = ()\n"
+              "    for c in gl.static_range(NUM_CHUNKS if FORMAT == FMT_MXFP4 else 1):\n"
+              "        code_bufs = code_bufs + (gl.allocate_shared_memory(gl.int32, [TILE, 8],\n"
+              "                                                           gl.SwizzledSharedLayout(1, 1, 1, [1, 0])), )\n"
+              "    p_all = gl.allocate_shared_memory(")
+    s = _edit(s, "\n            raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n            page = ",
+              "\n            if FORMAT == FMT_MXFP4:\n"
+              "                _copy_tile(code_bufs, kv_ptr, row_off, ok)\n"
+              "                raw = _load_scale_tile(sc_ptr, sc_off, ok)\n"
+              "            else:\n"
+              "                raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n            page = ")
+    s = _edit(s, "                    keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)\n"
+                 "                    if FORMAT == FMT_MXFP4:\n"
+                 "                        nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )\n",
+              "                    if FORMAT == FMT_MXFP4:\n"
+              "                        async_copy.wait_group(NUM_CHUNKS - 1)\n"
+              "                        codes = code_bufs[c].load(chunk_word_layout(2))\n"
+              "                        keys = to_key_operand(mxfp4.decode_chunk(codes, raw[c], tables), ROWS)\n"
+              "                        _copy_codes(code_bufs[c], kv_ptr, row_off, ok, c)\n"
+              "                        nxt = nxt + (_load_scales(sc_ptr, sc_off, ok, c), )\n"
+              "                    else:\n"
+              "                        keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)\n")
+    # The last tile's copies (of no rows: zero fill) land before the buffers serve the next
+    # request, or before the program exits.
+    return _edit(s, "            acc = warpgroup_mma_wait(0, deps=acc)\n            inv_l, lse2",
+                 "            if FORMAT == FMT_MXFP4:\n                async_copy.wait_group(0)\n"
+                 "            acc = warpgroup_mma_wait(0, deps=acc)\n            inv_l, lse2")
+
+
+def _mxcp2(base):
+    """``mxcp2``: ``mxcp`` with each chunk's code words read from shared memory one chunk ahead
+    (chunk c + 1's read issued before chunk c is decoded), so the read's latency is covered."""
+    s = _mxcp(base)
+    return _edit(s, "                    if FORMAT == FMT_MXFP4:\n"
+                    "                        async_copy.wait_group(NUM_CHUNKS - 1)\n"
+                    "                        codes = code_bufs[c].load(chunk_word_layout(2))\n"
+                    "                        keys = to_key_operand(mxfp4.decode_chunk(codes, raw[c], tables), ROWS)\n",
+                 "                    if FORMAT == FMT_MXFP4:\n"
+                 "                        if c == 0:\n"
+                 "                            async_copy.wait_group(NUM_CHUNKS - 1)\n"
+                 "                            codes = code_bufs[0].load(chunk_word_layout(2))\n"
+                 "                        if c + 1 < NUM_CHUNKS:\n"
+                 "                            async_copy.wait_group(NUM_CHUNKS - 2)\n"
+                 "                            ahead = code_bufs[c + 1].load(chunk_word_layout(2))\n"
+                 "                        keys = to_key_operand(mxfp4.decode_chunk(codes, raw[c], tables), ROWS)\n"
+                 "                        if c + 1 < NUM_CHUNKS:\n"
+                 "                            codes = ahead\n")
+
+
+
 def variant_sources():
     base = absolute_imports(open(shipped.__file__).read())
     out = {}
@@ -190,6 +294,8 @@ def variant_sources():
     out["pf3"] = _edit(s, pro, pro + pro.replace("t_begin + 1", "t_begin + 2"))
     out["cp4"] = _cp4(base)
     out["cp6"] = _cp4(base, 6)
+    out["mxcp"] = _mxcp(base)
+    out["mxcp2"] = _mxcp2(base)
     old = subprocess.run(["git", "show", "b03fc5a:src/mixmla/kernels/gluon/decode.py"], capture_output=True, text=True,
                          cwd=HERE)
     if old.returncode == 0:  # a copy of the tree without its git history has no "before"
