@@ -14,6 +14,8 @@
 # Writes at most 8 files into $OUT (default bench/out/reliability) and prints a summary last;
 # exits non-zero if any step failed. Per-tool time limits (seconds) can be set with
 # MEMCHECK_TIMEOUT, RACECHECK_TIMEOUT, INITCHECK_TIMEOUT, SYNCCHECK_TIMEOUT, TESTS_TIMEOUT.
+# PYTEST_WORKERS=N runs the test stage's pytest in N processes (pytest-xdist, importable or in
+# .whl/ as wheels: docs/DEVELOPING.md), which cuts its time where compiling dominates.
 set -u
 cd "$(dirname "$0")/.."
 STAGE=${1:-all}
@@ -33,19 +35,28 @@ gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/nu
 status=0
 note() { echo "$*" >>"$SUMMARY"; }
 
+XDIST=""
+if [ -n "${PYTEST_WORKERS:-}" ]; then
+  if ! python3 -c "import xdist" 2>/dev/null && compgen -G ".whl/pytest_xdist-*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target .peers .whl/pytest_xdist-*.whl \
+      .whl/execnet-*.whl && export PYTHONPATH="$PWD/.peers:$PYTHONPATH"
+  fi
+  if python3 -c "import xdist" 2>/dev/null; then XDIST="-n $PYTEST_WORKERS"; else note "PYTEST_WORKERS: pytest-xdist not found, one process"; fi
+fi
+
 pytest_line() {  # the final "N passed, M skipped ..." line of a pytest log
   grep -E ' in [0-9.]+s|no tests ran' "$1" | tail -1 | sed 's/=//g; s/^ *//'
 }
 
 if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   set -o pipefail
-  timeout "${TESTS_TIMEOUT:-280}" python3 -m pytest -m gpu tests/ -q -rfEx -p no:cacheprovider 2>&1 \
+  timeout "${TESTS_TIMEOUT:-280}" python3 -m pytest -m gpu tests/ -q -rfEx -p no:cacheprovider $XDIST 2>&1 \
     | tee "$OUT/pytest_gpu.log" | tail -5
   rc=$?
   note "pytest -m gpu tests/: rc=$rc; $(pytest_line "$OUT/pytest_gpu.log")"
   [ $rc -eq 0 ] || status=1
   timeout "${TESTS_TIMEOUT:-280}" python3 -m pytest tests/test_validate.py tests/test_reliability.py \
-    tests/test_property.py tests/test_kernel_configs.py -q -rfEx -p no:cacheprovider 2>&1 | tee "$OUT/pytest_reliability.log" | tail -5
+    tests/test_property.py tests/test_kernel_configs.py -q -rfEx -p no:cacheprovider $XDIST 2>&1 | tee "$OUT/pytest_reliability.log" | tail -5
   rc=$?
   note "pytest test_validate/test_reliability/test_property/test_kernel_configs (all, on the GPU): rc=$rc; $(pytest_line "$OUT/pytest_reliability.log")"
   [ $rc -eq 0 ] || status=1
