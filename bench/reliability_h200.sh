@@ -15,7 +15,7 @@
 # exits non-zero if any step failed. Per-tool time limits (seconds) can be set with
 # MEMCHECK_TIMEOUT, RACECHECK_TIMEOUT, INITCHECK_TIMEOUT, SYNCCHECK_TIMEOUT, TESTS_TIMEOUT.
 # PYTEST_WORKERS=N runs the test stage's pytest in N processes (pytest-xdist, importable or in
-# .whl/ as wheels: docs/DEVELOPING.md), which cuts its time where compiling dominates.
+# .whl/ as wheels: docs/DEVELOPING.md), spreading the kernels' compiles over N processes.
 set -u
 cd "$(dirname "$0")/.."
 STAGE=${1:-all}
