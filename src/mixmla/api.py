@@ -17,7 +17,7 @@ from . import validate
 from .formats import FORMATS, VALUE_DIM, Bf16Cache, Fp8Cache, Mxfp4Cache
 from .formats.paged import PagedCache
 from .graphs import GraphCache, tensor_signature
-from .kernels.backend import Layout, get_backend
+from .kernels.backend import Layout, current_stream, get_backend
 
 
 class DecodePlan:
@@ -366,7 +366,7 @@ _ONE_CALL_WORKSPACE: dict = {}
 
 
 def _one_call_workspace(device: torch.device, floats: int) -> torch.Tensor:
-    stream = _current_stream(device)
+    stream = current_stream(device)
     key = (device, stream)
     buffer = _ONE_CALL_WORKSPACE.get(key)
     if buffer is None or buffer.numel() < floats:
@@ -380,15 +380,6 @@ def _one_call_workspace(device: torch.device, floats: int) -> torch.Tensor:
         # in that stream's order.
         buffer = _ONE_CALL_WORKSPACE[key] = torch.empty(floats, dtype=torch.float32, device=device)
     return buffer
-
-
-def _current_stream(device: torch.device):
-    if device.type != "cuda":
-        return None
-    import triton
-
-    # Triton's driver asks torch for the raw handle, without the Stream object torch.cuda makes.
-    return triton.runtime.driver.active.get_current_stream(device.index)
 
 
 _TENSOR = torch.Tensor

@@ -71,6 +71,16 @@ class Layout:
         return value
 
 
+def current_stream(device: torch.device):
+    """The raw handle of ``device``'s current stream (None for a device that is not CUDA). Triton's
+    driver asks torch for it without the Stream object ``torch.cuda.current_stream`` makes."""
+    if device.type != "cuda":
+        return None
+    import triton
+
+    return triton.runtime.driver.active.get_current_stream(device.index)
+
+
 class PageTable(NamedTuple):
     """Where a paged call's tokens are (docs/SPEC.md §4), already checked by the API: token ``t``
     of request ``b`` is row ``t % page_size`` of page ``table[b, t // page_size]`` (a block table,

@@ -8,7 +8,6 @@ Triton kernels on the H200; smaller batches go to Triton, whose per-call cost is
 
 from __future__ import annotations
 
-import copy
 import functools
 
 import torch

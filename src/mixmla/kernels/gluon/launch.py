@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 
 from ...formats import Fp8Cache, KVCache, Mxfp4Cache
+from ..backend import current_stream
 from .compile import SIGNATURE, KernelSpec, compile_decode
 
 from ..constants import FMT_FP8, FMT_MXFP4
@@ -202,14 +203,6 @@ def new_counters(batch: int, device: torch.device) -> torch.Tensor:
     """The piece counts of a workspace: (2 * batch,) int32 zeros; every launch leaves them zero (a
     request's last merger resets its two counts: the pieces arrived, the mergers done)."""
     return torch.zeros(2 * max(1, batch), dtype=torch.int32, device=device)
-
-
-def current_stream(device: torch.device) -> int:
-    """The raw handle of ``device``'s current stream (Triton's driver asks torch for it without
-    the Stream object ``torch.cuda.current_stream`` makes)."""
-    import triton
-
-    return triton.runtime.driver.active.get_current_stream(device.index)
 
 
 @functools.lru_cache(maxsize=16)
