@@ -234,12 +234,12 @@ def measure(shapes, formats, calls, burst, paged_shapes=(), page_sizes=(), paged
         for fmt in formats:
             entries(shape, data, fmt)
 
-    per_round = [max(10, calls // rounds)] * rounds
+    per_round = max(10, calls // rounds)
     times = [[] for _ in jobs]
     medians = [[] for _ in jobs]
     for r in range(rounds):
         for i, (shape, fmt, entry, fn, before) in enumerate(jobs):
-            t = sample(fn, per_round[r], burst, cuda, before)
+            t = sample(fn, per_round, burst, cuda, before)
             times[i] += t
             medians[i].append(round(statistics.median(t), 1))
         print(f"  round {r + 1}/{rounds} done", flush=True)

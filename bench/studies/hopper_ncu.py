@@ -59,13 +59,14 @@ def summarize(rep: str) -> list[str]:
             body = [r for r in srows[at + 1:] if len(r) == len(sh) and _num(r[col]) is not None]
             # Shared-memory wavefronts per opcode (and the ideal count: more means bank conflicts).
             waves = {}
+            wave, ideal_col = sh.index("L1 Wavefronts Shared"), sh.index("L1 Wavefronts Shared Ideal")
             for r in body:
                 op = r[text].split()
-                if op and _num(r[sh.index("L1 Wavefronts Shared")]):
+                if op and _num(r[wave]):
                     name = (op[1] if op[0].startswith("@") else op[0]).split(".")[0]
                     w = waves.setdefault(name, [0.0, 0.0])
-                    w[0] += _num(r[sh.index("L1 Wavefronts Shared")])
-                    w[1] += _num(r[sh.index("L1 Wavefronts Shared Ideal")]) or 0.0
+                    w[0] += _num(r[wave])
+                    w[1] += _num(r[ideal_col]) or 0.0
             lines.append("--- shared-memory wavefronts by opcode (ideal)")
             for name, (w, ideal) in sorted(waves.items(), key=lambda kv: -kv[1][0]):
                 lines.append(f"  {name:10s} {w:14.0f} ({ideal:.0f})")
