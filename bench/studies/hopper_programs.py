@@ -36,6 +36,8 @@ def candidates(batch: int, full: int) -> list[int]:
     sizes = {full, min(256, full)}
     if k >= 1:
         sizes |= {k * batch, max(1, k // 2) * batch, max(1, k // 4) * batch}
+    if batch % 2 == 0 and batch // 2 >= full // 4:
+        sizes.add(batch // 2)  # two whole requests per program
     return sorted(sizes, reverse=True)
 
 
