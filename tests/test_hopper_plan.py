@@ -124,3 +124,47 @@ def test_a_repeated_run_launches_the_same_arguments(hopper):
     q2, _ = _inputs("mxfp4", kv_lens, seed=2)
     p.run(q2, cache)  # another q: checked and launched with its address
     assert _pointer_args(calls[3][1])["q_ptr"] == q2.data_ptr()
+
+
+def _ranges(costs, programs):
+    """The kernel's split (decode._range_bound): program i holds cost units [i*T//P, (i+1)*T//P)."""
+    total = int(sum(costs))
+    return [(i * total // programs, (i + 1) * total // programs) for i in range(programs)]
+
+
+@pytest.mark.parametrize("batch,length", [(4, 1024), (4, 8192), (32, 1024), (32, 8192), (64, 1024), (64, 8192),
+                                          (256, 1024), (256, 8192), (512, 1024), (1000, 64), (3, 5000), (1, 100)])
+def test_equal_requests_get_whole_ranges(batch, length):
+    """Requests of one length: the grid is a multiple or a divisor of the batch that keeps at least
+    half of the unrounded grid, and no program holds a piece of a request that another program
+    holds a piece of as well as a piece of another request: every range lies inside one request
+    or starts and ends at request boundaries."""
+    import numpy as np
+
+    from mixmla.kernels.gluon import backend, launch
+
+    full = 264
+    lens = np.full(batch, length, dtype=np.int64)
+    programs = backend.grid_size(lens, full)
+    cost = -(-length // 64) + launch.REQUEST_COST_TILES
+    cap = min(full, -(-batch * cost // backend.MIN_UNITS_PER_PROGRAM))
+    assert cap // 2 <= programs <= cap
+    assert programs % batch == 0 or batch % programs == 0
+    ends = set(int(e) for e in cost * np.arange(0, batch + 1))
+    for lo, hi in _ranges([cost] * batch, programs):
+        inside = not any(lo < e < hi for e in ends)
+        assert hi > lo and (inside or (lo in ends and hi in ends)), (lo, hi)
+
+
+def test_ragged_requests_keep_the_full_grid():
+    """Requests of different lengths: the grid is the unrounded one (ranges cannot all align)."""
+    import numpy as np
+
+    from mixmla.kernels.gluon import backend
+
+    lens = np.array([8192] * 255 + [8000], dtype=np.int64)
+    assert backend.grid_size(lens, 264) == 264
+    assert backend.grid_size(np.array([100, 2000, 5000]), 264) == -(-(2 + 32 + 79 + 3 * 2) // 4)
+    assert backend.grid_size(np.zeros(0, dtype=np.int64), 264) == 1
+    # A batch with no divisor near the grid keeps the grid.
+    assert backend.grid_size(np.full(521, 1024, dtype=np.int64), 264) == 264

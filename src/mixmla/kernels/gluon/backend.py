@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import torch
 
 from ..backend import Backend, BackendPlan, Layout
@@ -24,6 +25,27 @@ AUTO_MIN_TOKENS = 262144
 MIN_UNITS_PER_PROGRAM = 4
 
 
+def grid_size(kv_lens: np.ndarray, full: int) -> int:
+    """Programs of the persistent grid for requests of ``kv_lens`` cached tokens ((batch,) ints) on
+    a GPU that holds ``full`` programs at once.
+
+    At most ``full``, and at least ``MIN_UNITS_PER_PROGRAM`` cost units per program. When every
+    request costs the same, the count is rounded down to a multiple of the batch (or, for more
+    requests than programs, to a divisor of it) if that keeps at least half of it: the kernel
+    cuts the units into equal ranges, so then no program holds pieces of two requests, and each
+    pays one piece's start, end and share of the merge instead of two (docs/PERF.md, step 71).
+    """
+    batch = int(kv_lens.shape[0])
+    costs = (kv_lens + 63) // 64 + launch.REQUEST_COST_TILES
+    cap = max(1, min(full, -(-int(costs.sum()) // MIN_UNITS_PER_PROGRAM)))
+    if batch == 0 or (costs != costs[0]).any():
+        return cap
+    if batch <= cap:
+        return batch * (cap // batch)
+    divisor = next(d for d in range(cap, 0, -1) if batch % d == 0)
+    return divisor if 2 * divisor >= cap else cap
+
+
 class HopperPlan(BackendPlan):
     """The Hopper kernel's compiled specializations for one layout (``decoders``, without a
     workspace: shared by the layout's plans), and a plan's ``workspace``: the partial results in
@@ -34,9 +56,8 @@ class HopperPlan(BackendPlan):
     indptr_dtypes = (torch.int32,)  # the kernel's signature types the indptrs as i32 (compile.SIGNATURE)
 
     def __init__(self, layout: Layout):
-        units = int(((layout.kv_lens + 63) // 64).sum()) + launch.REQUEST_COST_TILES * layout.batch
         sms = torch.cuda.get_device_properties(layout.device).multi_processor_count
-        programs = max(1, min(launch.PROGRAMS_PER_SM * sms, -(-units // MIN_UNITS_PER_PROGRAM)))
+        programs = grid_size(layout.kv_lens, launch.PROGRAMS_PER_SM * sms)
         self.sm_scale = layout.sm_scale
         self._device = layout.device
         self._batch = layout.batch

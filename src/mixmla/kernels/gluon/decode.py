@@ -27,7 +27,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from ..constants import FMT_FP8, FMT_MXFP4, LN2, LOG2E
 from . import fp8, mxfp4, paging
-from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_column, p_layout, q_layout,
+from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_column, operand_order, p_layout, q_layout,
                       score_layout, to_key_operand, v_layout)
 
 VALUE_DIM = gl.constexpr(512)
@@ -127,32 +127,44 @@ def _load_tile(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok):
 
 
 @gluon.jit
-def _stage_query(FORMAT: gl.constexpr, q_smem, q_ptr, stride_qt, stride_qh, q_lo, q_len, H: gl.constexpr,
-                 ROWS: gl.constexpr):
-    """Writes the request's query rows (row n = query token n // H, head n % H) into ``q_smem``
-    (NUM_CHUNKS, ROWS, CHUNK), columns in ``chunk_column`` order. fp8 caches compute in f16: each
-    row is scaled by a power of two that puts its largest magnitude in [2**14, 2**15) (no overflow,
-    11 significant bits). Returns that per-row multiplier (1 for MXFP4), (ROWS,) float32."""
+def _load_query(FORMAT: gl.constexpr, q_ptr, stride_qt, stride_qh, q_lo, q_len, H: gl.constexpr, ROWS: gl.constexpr):
+    """The request's query rows (row n = query token n // H, head n % H) as NUM_CHUNKS (ROWS, CHUNK)
+    chunks, columns in ``chunk_column`` order, rows past ``q_len * H`` zero; for ``_stage_query``.
+
+    Each thread loads 8 consecutive columns (one 16-byte load; in ``chunk_column`` order they would
+    be 72 two-byte loads per thread), relabelled by ``operand_order``. Issued before the request's
+    first tile: after the tile's loads they would wait behind them in the memory system."""
     ql: gl.constexpr = gl.BlockedLayout([ROWS // 16, 8], [4, 8], [4, 1], [1, 0])
     rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, ql))
-    cols = chunk_column(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, ql)))
+    cols = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, ql))
     ok = rows < q_len * H
     row_ptr = q_ptr + (q_lo + rows // H).to(gl.int64) * stride_qt + (rows % H) * stride_qh
+    chunks = ()
+    for c in gl.static_range(NUM_CHUNKS):
+        x = gl.load(row_ptr[:, None] + (CHUNK * c + cols)[None, :], mask=ok[:, None], other=0.0)
+        chunks = chunks + (operand_order(x), )
+    return chunks
+
+
+@gluon.jit
+def _stage_query(FORMAT: gl.constexpr, q_smem, chunks, ROWS: gl.constexpr):
+    """Writes ``_load_query``'s chunks into ``q_smem`` (NUM_CHUNKS, ROWS, CHUNK). fp8 caches compute
+    in f16: each row is scaled by a power of two that puts its largest magnitude in [2**14, 2**15)
+    (no overflow, 11 significant bits). Returns that per-row multiplier (1 for MXFP4), (ROWS,)
+    float32."""
+    rows_l: gl.constexpr = gl.SliceLayout(1, chunks[0].type.layout)
     if FORMAT == FMT_FP8:
-        chunks = ()
-        amax = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, ql))
+        amax = gl.zeros([ROWS], gl.float32, rows_l)
         for c in gl.static_range(NUM_CHUNKS):
-            x = gl.load(row_ptr[:, None] + (CHUNK * c + cols)[None, :], mask=ok[:, None], other=0.0).to(gl.float32)
-            amax = gl.maximum(amax, gl.max(gl.abs(x), axis=1))
-            chunks = chunks + (x, )
+            amax = gl.maximum(amax, gl.max(gl.abs(chunks[c].to(gl.float32)), axis=1))
         exponent = gl.maximum((amax.to(gl.int32, bitcast=True) >> 23) & 0xFF, 15)
         mult = ((268 - exponent) << 23).to(gl.float32, bitcast=True)
         for c in gl.static_range(NUM_CHUNKS):
-            q_smem.index(c).store((chunks[c] * mult[:, None]).to(gl.float16))
+            q_smem.index(c).store((chunks[c].to(gl.float32) * mult[:, None]).to(gl.float16))
     else:
         for c in gl.static_range(NUM_CHUNKS):
-            q_smem.index(c).store(gl.load(row_ptr[:, None] + (CHUNK * c + cols)[None, :], mask=ok[:, None], other=0.0))
-        mult = gl.full([ROWS], 1.0, gl.float32, gl.SliceLayout(1, ql))
+            q_smem.index(c).store(chunks[c])
+        mult = gl.full([ROWS], 1.0, gl.float32, rows_l)
     fence_async_shared()
     return mult
 
@@ -430,6 +442,7 @@ def mla_decode_hopper_kernel(
             t_begin = gl.minimum(gl.maximum(gl.maximum(u_begin, start_b) - start_b - C0, 0), n_tiles)
             t_end = gl.minimum(gl.maximum(gl.minimum(u_end, cum_b) - start_b - C0, 0), n_tiles)
 
+            q_rows = _load_query(FORMAT, q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
             # A tile's page entries are read two tiles before its rows, its rows prefetched into L2
             # one tile before they are loaded (``paging``).
             page = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t_begin, t_begin < t_end, page_shift)
@@ -443,7 +456,7 @@ def mla_decode_hopper_kernel(
             if PAGED == 0:  # paged: tile t_begin + 1's entries were only just asked for
                 _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page,
                                num_pages, page_shift, kv_stride)
-            q_mult = _stage_query(FORMAT, q_smem, q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
+            q_mult = _stage_query(FORMAT, q_smem, q_rows, ROWS)
             qk = (sm_scale * LOG2E * kscale) / gl.convert_layout(q_mult, gl.SliceLayout(0, acc_l))
             last_visible = kv_len - q_len + n // H
             row_ok = n < q_len * H
