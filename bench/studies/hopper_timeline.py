@@ -13,7 +13,8 @@ probabilities and rescale; P^T store and fence; value products issued. Per shape
 prints the mean cycles per tile of each phase (thread 0 of each warp, over all programs), the
 program's whole time per tile, the mean and slowest program's whole time (cycles), the span of all programs and
 how far apart they start and end (us, on the GPU's shared nanosecond timer), and the GPU time of the uninstrumented and instrumented kernel
-(the probes' own cost). ``--compile-only`` compiles on any machine. Writes OUT/timeline.json.
+(the probes' own cost). ``--grid plan`` runs the grid a plan takes for the batch (``backend.grid_size``) instead of two
+programs per SM. ``--compile-only`` compiles on any machine. Writes OUT/timeline.json.
 """
 
 import argparse
@@ -154,6 +155,8 @@ def main():
     ap.add_argument("--kernels", default="shipped")
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--shapes", default="256x8192,64x8192,4x1024")
+    ap.add_argument("--grid", choices=("full", "plan"), default="full",
+                    help="programs: two per SM, or what a plan takes for the batch (backend.grid_size)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     kernels = a.kernels.split(",")
@@ -168,7 +171,8 @@ def main():
     from mixmla.formats import as_cache
     from mixmla.harness.timing import L2Flusher, gpu_time
     from mixmla.inputs import generate_input
-    from mixmla.kernels.gluon.launch import HopperDecoder
+    from mixmla.kernels.gluon.backend import grid_size
+    from mixmla.kernels.gluon.launch import PROGRAMS_PER_SM, HopperDecoder
     from mixmla.reference import default_sm_scale
 
     flusher = L2Flusher(mode="read")
@@ -179,7 +183,11 @@ def main():
         for name in ("fp8", "mxfp4"):
             cache = as_cache(kv[name])
             for kernel in kernels:
-                dec = HopperDecoder(b, 16, name, q.device, write_lse=False)
+                programs = None
+                if a.grid == "plan":
+                    full = PROGRAMS_PER_SM * torch.cuda.get_device_properties(q.device).multi_processor_count
+                    programs = grid_size((kvp[1:] - kvp[:-1]).cpu().numpy(), full)
+                dec = HopperDecoder(b, 16, name, q.device, write_lse=False, programs=programs)
                 if kernel != "shipped":
                     dec.kernel = compile_variant(load_module(kernel).mla_decode_hopper_kernel, dec.spec)
                 out = torch.empty(q.shape[0], 16, 512, dtype=torch.bfloat16, device="cuda")
@@ -225,6 +233,10 @@ def main():
                        "span us": round(float(ends.max() - starts.min()), 2),
                        "start spread us": round(float(starts.max() - starts.min()), 2),
                        "end spread us": round(float(ends.max() - ends.min()), 2),
+                       "programs": dec.programs,
+                       # When programs end, from the earliest start: a few late ones, or a broad spread.
+                       **{f"end p{p} us": round(float(torch.quantile(ends - starts.min(), p / 100)), 2)
+                          for p in (10, 50, 90)},
                        **{name: round(float(w[:, 13 + k, 0].mean()), 0) for k, name in enumerate(START)}}
                 rows.append(row)
                 print(row, flush=True)
