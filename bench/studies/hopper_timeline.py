@@ -6,7 +6,7 @@
 Each kernel (``shipped``: kernels/gluon/decode.py; or a variant's source file, as written by
 ``hopper_load_variants.py``) is instrumented by text edits: clock reads between the phases of the
 tile loop, summed per thread over its tiles and written with the tile count and the program's whole
-time to the ``lse`` buffer (float32, (programs, 19, 128); compiled with WRITE_LSE=False). Phases:
+time to the ``lse`` buffer (float32, (programs, 20, 128); compiled with WRITE_LSE=False). Phases:
 wait for the previous tile's value products; row offsets; the nine chunks (decode, value stores,
 score products issued; MXFP4: the next tile's loads); wait for the score products; mask and tile maximum (fp8: then the next tile's loads);
 probabilities and rescale; P^T store and fence; value products issued. Per shape and format it
@@ -41,7 +41,7 @@ PHASES = ["wait values", "rows", "chunks", "wait scores", "max", "exp+rescale", 
 PIECE = ["piece start", "piece end", "merge", "merge wait"]
 #: Piece start split: request bounds; first tile's page entries, loads and prefetch issued; query staged.
 START = ["bounds", "first loads", "query"]
-NPROBES = 19
+NPROBES = 20
 
 HELPERS = '''
 
@@ -61,6 +61,13 @@ def _globaltimer():
 
 
 @gluon.jit
+def _smid():
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    return gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [gl.full([128], 0, gl.int32, one)],
+                                     dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
 def _zeros():
     one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     return gl.zeros([128], gl.int32, one)
@@ -70,8 +77,8 @@ def _zeros():
 def _store_probes(ptr, pid, probes):
     one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     i = gl.arange(0, 128, layout=one)
-    for k in gl.static_range(19):
-        gl.store(ptr + (pid * 19 + k) * 128 + i, probes[k].to(gl.float32))
+    for k in gl.static_range(20):
+        gl.store(ptr + (pid * 20 + k) * 128 + i, probes[k].to(gl.float32))
 
 
 @gluon.jit
@@ -130,7 +137,7 @@ def instrumented(src):
         src = src.replace(a, b)
     return src.rstrip("\n") + ("\n            pe += _clock() - d2\n    c_end = _clock()\n    g_end = _globaltimer()\n"
                                "    _store_probes(lse_ptr, pid, (ph0, ph1, ph2, ph3, ph4, ph5, ph6, ph7, ntl, c_end - c_begin, pq, pe,"
-                               " pm, sa, sb, sc, pw, g_begin.to(gl.float32, bitcast=True), g_end.to(gl.float32, bitcast=True)))\n")
+                               " pm, sa, sb, sc, pw, g_begin.to(gl.float32, bitcast=True), g_end.to(gl.float32, bitcast=True), _smid()))\n")
 
 
 def probed_module(kernel):
@@ -238,12 +245,16 @@ def main():
                        **{f"end p{p} us": round(float(torch.quantile(ends - starts.min(), p / 100)), 2)
                           for p in (10, 50, 90)},
                        **{name: round(float(w[:, 13 + k, 0].mean()), 0) for k, name in enumerate(START)}}
+                # Per program: the SM it ran on, its start and end (us from the earliest start).
+                sm = probe[:, 19, 0].cpu().tolist()
+                s0, e0 = (starts - starts.min()).cpu().tolist(), (ends - starts.min()).cpu().tolist()
+                row["per program"] = [[int(sm[i]), round(s0[i], 2), round(e0[i], 2)] for i in range(dec.programs)]
                 rows.append(row)
-                print(row, flush=True)
+                print({k: v for k, v in row.items() if k != "per program"}, flush=True)
         del q, kv
         torch.cuda.empty_cache()
     json.dump(rows, open(os.path.join(a.out, "timeline.json"), "w"), indent=1)
-    cols = list(rows[0])
+    cols = [c for c in rows[0] if c != "per program"]
     print("| " + " | ".join(cols) + " |")
     for r in rows:
         print("| " + " | ".join(str(r[c]) for c in cols) + " |")
