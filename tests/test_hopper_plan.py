@@ -168,3 +168,32 @@ def test_ragged_requests_keep_the_full_grid():
     assert backend.grid_size(np.zeros(0, dtype=np.int64), 264) == 1
     # A batch with no divisor near the grid keeps the grid.
     assert backend.grid_size(np.full(521, 1024, dtype=np.int64), 264) == 264
+
+
+def test_a_query_the_kernel_would_misread_is_refused_before_launch(hopper):
+    """The kernel loads query rows 16 bytes at a time: a view at an odd address or with row
+    strides that are not multiples of 16 elements gets a ValueError naming q, and nothing runs; an
+    aligned view of a wider tensor is taken as it is."""
+    _, _, calls, _ = hopper
+    kv_lens = [129, 5]
+    q, cache = _inputs("fp8", kv_lens)
+    p = mixmla.plan(indptr(kv_lens, device=CPU), num_heads=H, fmt="fp8", backend="gluon")
+    wide = torch.zeros(2, H, 592, dtype=torch.bfloat16)
+    aligned = wide[:, :, :576]
+    aligned.copy_(q)
+    p.run(aligned, cache)
+    assert len(calls) == 1 and _pointer_args(calls[0][1])["stride_qh"] == 592
+    shifted = wide[:, :, 8:584]  # 16 bytes in: still aligned
+    p.run(shifted, cache)
+    assert len(calls) == 2
+    for bad in (wide[:, :, 1:577], torch.zeros(2, H, 584, dtype=torch.bfloat16)[:, :, :576]):
+        bad.copy_(q)
+        with pytest.raises(ValueError, match="q: the Hopper kernel needs a 16-byte aligned query"):
+            p.run(bad, cache)
+        with pytest.raises(ValueError, match="q: the Hopper kernel needs"):
+            mixmla.mla_decode(bad, cache, indptr(kv_lens, device=CPU), backend="gluon")
+    assert len(calls) == 2
+    out = torch.zeros(2 * H * 512 + 1, dtype=torch.bfloat16)[1:].view(2, H, 512)
+    with pytest.raises(ValueError, match="out: the Hopper kernel needs a 16-byte aligned output"):
+        p.run(q, cache, out=out)
+    assert len(calls) == 2

@@ -89,13 +89,19 @@ class HopperPlan(BackendPlan):
         if reason is not None:
             raise ValueError(f"cache: the Hopper kernel {reason}; plan with backend='triton'")
 
-    def run(self, q, cache, kv_indptr, qo_indptr, out, lse):
+    def _check_call(self, cache, q, out) -> None:
         self._check_cache(cache)
+        reason = launch.call_unsupported(q, out)
+        if reason is not None:
+            raise ValueError(f"{reason}; pass a contiguous tensor, or plan with backend='triton'")
+
+    def run(self, q, cache, kv_indptr, qo_indptr, out, lse):
+        self._check_call(cache, q, out)
         return self._launch(self.decoders[0, lse is not None].bound(q, cache, kv_indptr, qo_indptr, out, lse,
                                                                     self.sm_scale, workspace=self.workspace))
 
     def run_paged(self, q, cache, pages, qo_indptr, out, lse):
-        self._check_cache(cache)
+        self._check_call(cache, q, out)
         # The kernel bounds a request's tokens by its pages in int32.
         capacity = pages.table.shape[-1] if pages.page_indptr is None else pages.table.shape[0]
         if capacity * pages.page_size >= 2 ** 31:

@@ -27,7 +27,7 @@ SIGNATURE = {
 }
 #: What the kernel may assume of an argument: pointers 16-byte aligned, the cache row stride (in
 #: 32-bit words) a multiple of 8. ``launch.cache_unsupported`` checks the cache; the other tensors
-#: are the library's own or contiguous (q, out: strides multiples of 512 elements).
+#: are the library's own, or checked before a launch (``launch.call_unsupported``: q, out).
 DIVISIBILITY = {"q_ptr": 16, "kv_ptr": 16, "out_ptr": 16, "part_o_ptr": 16, "part_lse_ptr": 16, "kv_stride": 8,
                 "stride_qt": 16, "stride_qh": 16, "stride_ot": 16, "stride_oh": 16}
 NUM_WARPS = 4

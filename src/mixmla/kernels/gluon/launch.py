@@ -87,6 +87,20 @@ def cache_unsupported(cache: KVCache) -> str | None:
     return None
 
 
+def call_unsupported(q: torch.Tensor, out: torch.Tensor) -> str | None:
+    """Why the Hopper kernel cannot take a call's query ``q`` (total_q, H, 576) bf16 or output
+    ``out`` (total_q, H, 512), or None. The kernel is compiled for ``compile.DIVISIBILITY``: it
+    loads a query row's columns 16 bytes at a time, so a query at an odd address or with row
+    strides that are not multiples of 16 elements would be read wrongly, not refused."""
+    if q.data_ptr() % 16 or q.stride(0) % 16 or q.stride(1) % 16:
+        return (f"q: the Hopper kernel needs a 16-byte aligned query with strides (token, head) that are multiples "
+                f"of 16 elements, got address {q.data_ptr()} (mod 16: {q.data_ptr() % 16}) and strides "
+                f"{tuple(q.stride())}")
+    if out.data_ptr() % 16:
+        return f"out: the Hopper kernel needs a 16-byte aligned output, got address {out.data_ptr()}"
+    return None
+
+
 def workspace_floats(programs: int) -> int:
     """float32 values of the partial results a grid of ``programs`` writes (``Workspace``)."""
     return 2 * programs * ROWS * (VALUE_DIM + 1)
