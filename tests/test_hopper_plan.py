@@ -133,12 +133,13 @@ def _ranges(costs, programs):
 
 
 @pytest.mark.parametrize("batch,length", [(4, 1024), (4, 8192), (32, 1024), (32, 8192), (64, 1024), (64, 8192),
-                                          (256, 1024), (256, 8192), (512, 1024), (1000, 64), (3, 5000), (1, 100)])
+                                          (256, 1024), (256, 8192), (512, 1024), (1000, 64), (3, 5000), (1, 100),
+                                          (120, 8192)])
 def test_equal_requests_get_whole_ranges(batch, length):
     """Requests of one length: the grid is a multiple or a divisor of the batch that keeps at least
-    half of the unrounded grid, and no program holds a piece of a request that another program
-    holds a piece of as well as a piece of another request: every range lies inside one request
-    or starts and ends at request boundaries."""
+    ALIGNED_MIN_SHARE of the unrounded grid, and no program holds a piece of a request that another
+    program holds a piece of as well as a piece of another request: every range lies inside one
+    request or starts and ends at request boundaries."""
     import numpy as np
 
     from mixmla.kernels.gluon import backend, launch
@@ -148,7 +149,7 @@ def test_equal_requests_get_whole_ranges(batch, length):
     programs = backend.grid_size(lens, full)
     cost = -(-length // 64) + launch.REQUEST_COST_TILES
     cap = min(full, -(-batch * cost // backend.MIN_UNITS_PER_PROGRAM))
-    assert cap // 2 <= programs <= cap
+    assert backend.ALIGNED_MIN_SHARE * cap <= programs <= cap
     assert programs % batch == 0 or batch % programs == 0
     ends = set(int(e) for e in cost * np.arange(0, batch + 1))
     for lo, hi in _ranges([cost] * batch, programs):
@@ -157,7 +158,8 @@ def test_equal_requests_get_whole_ranges(batch, length):
 
 
 def test_ragged_requests_keep_the_full_grid():
-    """Requests of different lengths: the grid is the unrounded one (ranges cannot all align)."""
+    """Requests of different lengths: the grid is the unrounded one (ranges cannot all align);
+    equal ones too where the aligned grid would be much smaller."""
     import numpy as np
 
     from mixmla.kernels.gluon import backend
@@ -166,8 +168,10 @@ def test_ragged_requests_keep_the_full_grid():
     assert backend.grid_size(lens, 264) == 264
     assert backend.grid_size(np.array([100, 2000, 5000]), 264) == -(-(2 + 32 + 79 + 3 * 2) // 4)
     assert backend.grid_size(np.zeros(0, dtype=np.int64), 264) == 1
-    # A batch with no divisor near the grid keeps the grid.
-    assert backend.grid_size(np.full(521, 1024, dtype=np.int64), 264) == 264
+    # A batch with no divisor near the grid keeps the grid, and so does one whose aligned grid
+    # would give up more than ALIGNED_MIN_SHARE of the programs (100 x 2 = 200 of 264; 133 x 1).
+    for batch in (521, 100, 133):
+        assert backend.grid_size(np.full(batch, 1024, dtype=np.int64), 264) == 264
 
 
 def test_a_query_the_kernel_would_misread_is_refused_before_launch(hopper):

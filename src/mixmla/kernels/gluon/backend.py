@@ -23,6 +23,8 @@ AUTO_MIN_TOKENS = 262144
 #: A program gets at least this many cost units (64-token tiles plus each request's fixed cost)
 #: when the batch is small, so a request is not cut into more pieces than it has tiles.
 MIN_UNITS_PER_PROGRAM = 4
+#: ``grid_size`` takes a request-aligned grid when it keeps at least this share of the programs.
+ALIGNED_MIN_SHARE = 0.875
 
 
 def grid_size(kv_lens: np.ndarray, full: int) -> int:
@@ -31,19 +33,20 @@ def grid_size(kv_lens: np.ndarray, full: int) -> int:
 
     At most ``full``, and at least ``MIN_UNITS_PER_PROGRAM`` cost units per program. When every
     request costs the same, the count is rounded down to a multiple of the batch (or, for more
-    requests than programs, to a divisor of it) if that keeps at least half of it: the kernel
-    cuts the units into equal ranges, so then no program holds pieces of two requests, and each
-    pays one piece's start, end and share of the merge instead of two (docs/PERF.md, step 71).
+    requests than programs, to a divisor of it) if that keeps at least ``ALIGNED_MIN_SHARE`` of
+    it: the kernel cuts the units into equal ranges, so then no program holds pieces of two
+    requests, and each pays one piece's start, end and share of the merge instead of two
+    (docs/PERF.md, step 71). A smaller share would cost more in programs than it saves in pieces
+    on long requests (half the grid: +7% at 256x8192, where one program per SM loses the other's
+    overlap).
     """
     batch = int(kv_lens.shape[0])
     costs = (kv_lens + 63) // 64 + launch.REQUEST_COST_TILES
     cap = max(1, min(full, -(-int(costs.sum()) // MIN_UNITS_PER_PROGRAM)))
     if batch == 0 or (costs != costs[0]).any():
         return cap
-    if batch <= cap:
-        return batch * (cap // batch)
-    divisor = next(d for d in range(cap, 0, -1) if batch % d == 0)
-    return divisor if 2 * divisor >= cap else cap
+    aligned = batch * (cap // batch) if batch <= cap else next(d for d in range(cap, 0, -1) if batch % d == 0)
+    return aligned if aligned >= ALIGNED_MIN_SHARE * cap else cap
 
 
 class HopperPlan(BackendPlan):
