@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import types
 
+import numpy as np
 import pytest
 import torch
 
@@ -140,8 +141,6 @@ def test_equal_requests_get_whole_ranges(batch, length):
     ALIGNED_MIN_SHARE of the unrounded grid, and no program holds a piece of a request that another
     program holds a piece of as well as a piece of another request: every range lies inside one
     request or starts and ends at request boundaries."""
-    import numpy as np
-
     from mixmla.kernels.gluon import backend, launch
 
     full = 264
@@ -160,8 +159,6 @@ def test_equal_requests_get_whole_ranges(batch, length):
 def test_ragged_requests_keep_the_full_grid():
     """Requests of different lengths: the grid is the unrounded one (ranges cannot all align);
     equal ones too where the aligned grid would be much smaller."""
-    import numpy as np
-
     from mixmla.kernels.gluon import backend
 
     lens = np.array([8192] * 255 + [8000], dtype=np.int64)

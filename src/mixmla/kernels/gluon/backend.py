@@ -37,8 +37,7 @@ def grid_size(kv_lens: np.ndarray, full: int) -> int:
     it: the kernel cuts the units into equal ranges, so then no program holds pieces of two
     requests, and each pays one piece's start, end and share of the merge instead of two
     (docs/PERF.md, step 71). A smaller share would cost more in programs than it saves in pieces
-    on long requests (half the grid: +7% at 256x8192, where one program per SM loses the other's
-    overlap).
+    on long requests (half the grid leaves one program per SM, without the other's overlap).
     """
     batch = int(kv_lens.shape[0])
     costs = (kv_lens + 63) // 64 + launch.REQUEST_COST_TILES
@@ -87,13 +86,10 @@ class HopperPlan(BackendPlan):
         self.workspace = launch.Workspace.of(buffer, launch.new_counters(self._batch, self._device), self._programs,
                                              offset)
 
-    def _check_cache(self, cache) -> None:
+    def _check_call(self, cache, q, out) -> None:
         reason = launch.cache_unsupported(cache)
         if reason is not None:
             raise ValueError(f"cache: the Hopper kernel {reason}; plan with backend='triton'")
-
-    def _check_call(self, cache, q, out) -> None:
-        self._check_cache(cache)
         reason = launch.call_unsupported(q, out)
         if reason is not None:
             raise ValueError(f"{reason}; pass a contiguous tensor, or plan with backend='triton'")

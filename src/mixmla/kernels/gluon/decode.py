@@ -127,7 +127,7 @@ def _load_tile(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok):
 
 
 @gluon.jit
-def _load_query(FORMAT: gl.constexpr, q_ptr, stride_qt, stride_qh, q_lo, q_len, H: gl.constexpr, ROWS: gl.constexpr):
+def _load_query(q_ptr, stride_qt, stride_qh, q_lo, q_len, H: gl.constexpr, ROWS: gl.constexpr):
     """The request's query rows (row n = query token n // H, head n % H) as NUM_CHUNKS (ROWS, CHUNK)
     chunks, columns in ``chunk_column`` order, rows past ``q_len * H`` zero; for ``_stage_query``.
 
@@ -442,7 +442,7 @@ def mla_decode_hopper_kernel(
             t_begin = gl.minimum(gl.maximum(gl.maximum(u_begin, start_b) - start_b - C0, 0), n_tiles)
             t_end = gl.minimum(gl.maximum(gl.minimum(u_end, cum_b) - start_b - C0, 0), n_tiles)
 
-            q_rows = _load_query(FORMAT, q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
+            q_rows = _load_query(q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
             # A tile's page entries are read two tiles before its rows, its rows prefetched into L2
             # one tile before they are loaded (``paging``).
             page = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t_begin, t_begin < t_end, page_shift)
