@@ -120,6 +120,23 @@ def test_fp8_ties_round_to_even(dtype):
     assert torch.equal(pool.rows.data[2].view(torch.uint8), encode_fp8(kv, pool.rows.scale, dtype)[0].view(torch.uint8))
 
 
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e4m3fnuz])
+def test_fp8_every_bf16_value(dtype):
+    """Every finite bf16 value under scales with full 24-bit significands (and one subnormal, one
+    huge): the writer's quotient rounds as torch's division does, so its fp8 bits are the same."""
+    bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    values = bits[torch.isfinite(bits.float())]
+    values = torch.cat([values, values[:(-values.numel()) % 576]]).reshape(-1, 576).to(DEVICE)
+    gen = torch.Generator().manual_seed(7)
+    odd = (1.0 + torch.randint(1, 1 << 23, (3, ), generator=gen).double() * 2.0 ** -23) * 2.0 ** torch.tensor([-7, 0, 9])
+    for scale in [*odd.float().tolist(), 0.0299999993, 3e-41, 1.5e30]:
+        pool = as_paged_cache((torch.zeros(1, values.shape[0], 576, dtype=dtype, device=DEVICE),
+                               torch.tensor([scale], dtype=torch.float32, device=DEVICE)))
+        mixmla.append_kv(pool, values, torch.arange(values.shape[0], device=DEVICE))
+        want = encode_fp8(values, pool.rows.scale, dtype).view(torch.uint8)
+        assert torch.equal(pool.rows.data[:values.shape[0]].view(torch.uint8), want), f"scale {scale}"
+
+
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "mxfp4"])
 def test_contiguous_cache_rows_are_slots(fmt):
     """A contiguous container is written by row: the same bits as quantizing the new rows."""

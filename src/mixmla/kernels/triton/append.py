@@ -127,7 +127,14 @@ def append_kv_kernel(kv_ptr, kv_stride, slots, num_slots, out_ptr, out_stride, s
         if FORMAT == FMT_FP8 or FORMAT == FMT_FP8_FNUZ:
             FNUZ: tl.constexpr = FORMAT == FMT_FP8_FNUZ
             FMAX: tl.constexpr = 240.0 if FNUZ else 448.0
-            y = tl.math.div_rn(_bf16_bits_to_f32(x), tl.load(scale_ptr))
+            # x / scale rounded once to float32, as torch divides, without a division per value:
+            # IEEE division's slow-path branch keeps the compiler from overlapping one value's
+            # chain with another's. The product of x (at most 8 significant bits) and the float64
+            # reciprocal is within 2**-52 of x / scale (relative), while x / scale, a ratio of 8-
+            # and 24-bit significands, is never on a float32 rounding midpoint nor within 2**-49
+            # of one; so the product rounds to float32 as the quotient does.
+            inv = 1.0 / tl.load(scale_ptr).to(tl.float64)
+            y = (_bf16_bits_to_f32(x).to(tl.float64) * inv).to(tl.float32)
             y = tl.minimum(tl.maximum(y, -FMAX), FMAX)
             tl.store(dst + cols, encode_e4m3(y, FNUZ).to(tl.uint8), mask=m)
         else:
