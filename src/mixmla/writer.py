@@ -137,7 +137,7 @@ def launch_append(rows, num_slots: int, kv: torch.Tensor, slot_mapping: torch.Te
         num_warps = 8 if isinstance(rows, Fp8Cache) else 4
     # bf16 travels as its bits: the kernel widens them to float32 exactly.
     append_kv_kernel[(kv.shape[0],)](kv.view(torch.int16), kv.stride(0), slot_mapping, num_slots, out, out.stride(0), scale,
-                                     scale_stride, fmt, num_warps=num_warps)
+                                     scale_stride, fmt, interpreter.active(), num_warps=num_warps)
 
 
 __all__ = ["append_kv", "cache_rows"]
