@@ -292,6 +292,13 @@ def variant_sources():
     pro = ("                _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page,\n"
            "                               num_pages, page_shift, kv_stride)\n")
     out["pf3"] = _edit(s, pro, pro + pro.replace("t_begin + 1", "t_begin + 2"))
+    # ``latepf``: a piece's first prefetch (tile t_begin + 1, fp8) issued after the query is staged,
+    # so that the query's and the first tile's loads do not queue behind it at the piece's start.
+    pre = ("            if PAGED == 0:  # paged: tile t_begin + 1's entries were only just asked for\n"
+           "                _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page,\n"
+           "                               num_pages, page_shift, kv_stride)\n")
+    stage = "            q_mult = _stage_query(FORMAT, q_smem, q_rows, ROWS)\n"
+    out["latepf"] = _edit(_edit(base, pre, ""), stage, stage + pre)
     out["cp4"] = _cp4(base)
     out["cp6"] = _cp4(base, 6)
     out["mxcp"] = _mxcp(base)
