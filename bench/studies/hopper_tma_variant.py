@@ -1,0 +1,140 @@
+"""fp8's raw tiles partly staged by the copy engine (design log step 81), as a text edit of the
+shipped ``kernels/gluon/decode.py``: ``write_variant(outdir)`` writes ``var_tma5.py``; time it with
+``hopper_timeline.py --kernels shipped,DIR/var_tma5.py --grid plan`` or ``hopper_variants.py``.
+
+Step 80's bound: fp8 with its raw tiles read from shared memory instead of global memory runs at
+290 us at 256x8192 (shipped 394): the register loads, not the bytes, hold the loop up. A whole
+staged tile (36 KB) does not fit beside two programs per SM, five of its nine chunks (20 KB) do
+(2 x 106.5 KB). Here, for contiguous fp8 caches only (paged layouts and MXFP4 as shipped), chunks
+0-4 of each tile come by TMA (one descriptor per program over the cache's used rows, made on the
+device; an mbarrier with the bytes to expect) into five 4 KB buffers, issued for tile t+1 as soon
+as tile t's chunk 4 is read (a barrier first, so that no thread still reads them); chunks 5-8 stay
+register loads after the tile maximum as shipped, and the L2 prefetch stays. Rows past the
+request are zeroed after the shared-memory read (the copy does not mask rows). Outputs are the
+shipped kernel's bits (same products, same order).
+
+The descriptor needs 128 bytes of global scratch per program, which Triton's launcher allocates
+through ``triton.set_allocator``; the written module sets one (torch allocations) when imported.
+``--compile`` prints registers, spills, shared memory and the tile loop's length.
+"""
+
+import os
+import sys
+
+import mixmla.kernels.gluon.decode as shipped
+
+from hopper_load_variants import FP8_LOADS, _edit, absolute_imports
+
+PREAMBLE = '''
+import torch as _torch
+import triton as _triton
+
+_triton.set_allocator(lambda size, alignment, stream: _torch.empty(size, dtype=_torch.int8, device="cuda"))
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+'''
+
+HELPERS = '''
+
+TMA_CHUNKS = gl.constexpr(5)
+
+
+@gluon.jit
+def _tail_tile(kv_ptr, row_off, ok):
+    """fp8 chunks TMA_CHUNKS .. 8 of a tile as register loads."""
+    raw = ()
+    for c in gl.static_range(TMA_CHUNKS, NUM_CHUNKS):
+        raw = raw + (fp8.load_chunk(kv_ptr, row_off, ok, c), )
+    return raw
+
+
+@gluon.jit
+def _issue_head(desc, bar, raw_smem, row0, live):
+    """Chunks 0 .. TMA_CHUNKS-1 of the tile starting at cache row ``row0`` into ``raw_smem`` by TMA,
+    completing on ``bar``; nothing when not ``live``."""
+    mbarrier.expect(bar, TMA_CHUNKS * TILE * 64, pred=live)
+    for c in gl.static_range(TMA_CHUNKS):
+        tma.async_copy_global_to_shared(desc, [row0, 16 * c], bar, raw_smem.index(c), pred=live)
+
+'''
+
+
+def variant_source() -> str:
+    src = absolute_imports(open(shipped.__file__).read())
+    src = _edit(src, "from mixmla.kernels.constants import", PREAMBLE + "from mixmla.kernels.constants import")
+    src = _edit(src, "from mixmla.kernels.gluon.layouts import (CHUNK,", "from mixmla.kernels.gluon.layouts import (chunk_word_layout, CHUNK,")
+    src = _edit(src, "\n\n@gluon.jit\ndef _tile_rows(", HELPERS + "\n@gluon.jit\ndef _tile_rows(")
+    src = _edit(src, "    p_all = gl.allocate_shared_memory(",
+                "    TMA_PATH: gl.constexpr = (FORMAT == FMT_FP8) and (PAGED == 0)\n"
+                "    raw_lay: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)\n"
+                "    raw_smem = gl.allocate_shared_memory(gl.int32, [TMA_CHUNKS if TMA_PATH else 1, TILE, 16], raw_lay)\n"
+                "    tma_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())\n"
+                "    mbarrier.init(tma_bar, count=1)\n"
+                "    fence_async_shared()\n"
+                "    gl.thread_barrier()\n"
+                "    phase = 0\n"
+                "    p_all = gl.allocate_shared_memory(")
+    src = _edit(src, "        kscale = gl.load(fp8_scale_ptr)\n",
+                "        kscale = gl.load(fp8_scale_ptr)\n"
+                "        if TMA_PATH:\n"
+                "            desc = tma.make_tensor_descriptor(kv_ptr, [gl.load(kv_indptr + batch), 144], [kv_stride, 1],\n"
+                "                                              [TILE, 16], raw_lay)\n")
+    src = _edit(src, "            raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n            page = ",
+                "            if TMA_PATH:\n"
+                "                gl.thread_barrier()  # every thread has read the buffers' previous tile\n"
+                "                _issue_head(desc, tma_bar, raw_smem, first_row + t_begin * TILE, t_begin < t_end)\n"
+                "                raw = _tail_tile(kv_ptr, row_off, ok)\n"
+                "            else:\n"
+                "                raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n"
+                "            page = ")
+    src = _edit(src, "                nxt = ()\n",
+                "                nxt = ()\n"
+                "                if TMA_PATH:\n"
+                "                    ok_cur = (t * TILE + gl.arange(0, TILE, layout=gl.SliceLayout(1, chunk_word_layout(4)))) < kv_len\n")
+    src = _edit(src, "                    keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)\n",
+                "                    if TMA_PATH:\n"
+                "                        if c == 0:\n"
+                "                            mbarrier.wait(tma_bar, phase)\n"
+                "                            phase = phase ^ 1\n"
+                "                        if c < TMA_CHUNKS:\n"
+                "                            words = gl.where(ok_cur[:, None], raw_smem.index(c).load(chunk_word_layout(4)), 0)\n"
+                "                        else:\n"
+                "                            words = raw[c - TMA_CHUNKS]\n"
+                "                        keys = to_key_operand(_decode_chunk(FORMAT, words, tables), ROWS)\n"
+                "                        if c == TMA_CHUNKS - 1:\n"
+                "                            gl.thread_barrier()  # every thread has read chunks 0 .. 4\n"
+                "                            _issue_head(desc, tma_bar, raw_smem, first_row + (t + 1) * TILE, t + 1 < t_end)\n"
+                "                    else:\n"
+                "                        keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)\n")
+    assert len(FP8_LOADS.findall(src)) == 1
+    return FP8_LOADS.sub("                if FORMAT == FMT_FP8:\n"
+                         "                    if TMA_PATH:\n"
+                         "                        raw = _tail_tile(kv_ptr, row_off, ok)\n"
+                         "                    else:\n"
+                         "                        raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n", src)
+
+
+def write_variant(outdir: str) -> str:
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, "var_tma5.py")
+    open(path, "w").write(variant_source())
+    return path
+
+
+if __name__ == "__main__":
+    out = write_variant(sys.argv[1] if len(sys.argv) > 1 else "bench/out/tma5")
+    print(out)
+    if "--compile" in sys.argv:
+        from hopper_variants import compile_variant, load_module
+
+        from mixmla.kernels.gluon import sass
+        from mixmla.kernels.gluon.compile import KernelSpec
+
+        mod = load_module(out)
+        for fmt, paged in ((1, 0), (1, 1), (2, 0)):
+            spec = KernelSpec(H=16, ROWS=16, FORMAT=fmt, BLOCK_B=256, C0=2, WRITE_LSE=False, PAGED=paged)
+            k = compile_variant(mod.mla_decode_hopper_kernel, spec)
+            f = sass.kernel_facts(k)
+            print(f"format {fmt} paged {paged}: {f.registers} registers, spill {f.spill_bytes} B, "
+                  f"loop {f.loop_instructions} instructions, {f.loop_local} local, shared {f.shared} B, "
+                  f"global scratch {k.metadata.global_scratch_size} B, "
+                  f"{ {o: n for o, n in f.loop_ops.items() if o.startswith(('LDG', 'LDS', 'UTMALDG', 'SYNCS', 'BAR'))} }")
