@@ -15,7 +15,8 @@ shipped kernel's bits (same products, same order).
 
 The descriptor needs 128 bytes of global scratch per program, which Triton's launcher allocates
 through ``triton.set_allocator``; the written module sets one (torch allocations) when imported.
-``--compile`` prints registers, spills, shared memory and the tile loop's length.
+``--separate`` writes ``var_tma5s.py`` (five buffers, see ``ALLOC``); ``--compile`` prints registers, spills,
+shared memory and the tile loop's length.
 """
 
 import os
@@ -39,6 +40,11 @@ TMA_CHUNKS = gl.constexpr(5)
 
 
 @gluon.jit
+def _raw_buf(raw_smem, c: gl.constexpr):
+    RAW_BUF_EXPR
+
+
+@gluon.jit
 def _tail_tile(kv_ptr, row_off, ok):
     """fp8 chunks TMA_CHUNKS .. 8 of a tile as register loads."""
     raw = ()
@@ -53,20 +59,31 @@ def _issue_head(desc, bar, raw_smem, row0, live):
     completing on ``bar``; nothing when not ``live``."""
     mbarrier.expect(bar, TMA_CHUNKS * TILE * 64, pred=live)
     for c in gl.static_range(TMA_CHUNKS):
-        tma.async_copy_global_to_shared(desc, [row0, 16 * c], bar, raw_smem.index(c), pred=live)
+        tma.async_copy_global_to_shared(desc, [row0, 16 * c], bar, _raw_buf(raw_smem, c), pred=live)
 
 '''
 
 
-def variant_source() -> str:
+#: The five chunk buffers as slices of one allocation (``tma5``, as timed in step 81: the compiler's
+#: shared-memory hazard analysis then puts a barrier between consecutive copies), or as five
+#: allocations (``tma5s``, as the value buffers are kept apart for the same reason).
+ALLOC = {False: "    raw_smem = gl.allocate_shared_memory(gl.int32, [TMA_CHUNKS if TMA_PATH else 1, TILE, 16], raw_lay)\n",
+         True: "    raw_smem = ()\n"
+               "    for c in gl.static_range(TMA_CHUNKS if TMA_PATH else 1):\n"
+               "        raw_smem = raw_smem + (gl.allocate_shared_memory(gl.int32, [TILE, 16], raw_lay), )\n"}
+RAW_BUF = {False: "return raw_smem.index(c)", True: "return raw_smem[c]"}
+
+
+def variant_source(separate: bool = False) -> str:
     src = absolute_imports(open(shipped.__file__).read())
     src = _edit(src, "from mixmla.kernels.constants import", PREAMBLE + "from mixmla.kernels.constants import")
     src = _edit(src, "from mixmla.kernels.gluon.layouts import (CHUNK,", "from mixmla.kernels.gluon.layouts import (chunk_word_layout, CHUNK,")
-    src = _edit(src, "\n\n@gluon.jit\ndef _tile_rows(", HELPERS + "\n@gluon.jit\ndef _tile_rows(")
+    src = _edit(src, "\n\n@gluon.jit\ndef _tile_rows(",
+                HELPERS.replace("RAW_BUF_EXPR", RAW_BUF[separate]) + "\n@gluon.jit\ndef _tile_rows(")
     src = _edit(src, "    p_all = gl.allocate_shared_memory(",
                 "    TMA_PATH: gl.constexpr = (FORMAT == FMT_FP8) and (PAGED == 0)\n"
                 "    raw_lay: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)\n"
-                "    raw_smem = gl.allocate_shared_memory(gl.int32, [TMA_CHUNKS if TMA_PATH else 1, TILE, 16], raw_lay)\n"
+                + ALLOC[separate] +
                 "    tma_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())\n"
                 "    mbarrier.init(tma_bar, count=1)\n"
                 "    fence_async_shared()\n"
@@ -96,7 +113,7 @@ def variant_source() -> str:
                 "                            mbarrier.wait(tma_bar, phase)\n"
                 "                            phase = phase ^ 1\n"
                 "                        if c < TMA_CHUNKS:\n"
-                "                            words = gl.where(ok_cur[:, None], raw_smem.index(c).load(chunk_word_layout(4)), 0)\n"
+                "                            words = gl.where(ok_cur[:, None], _raw_buf(raw_smem, c).load(chunk_word_layout(4)), 0)\n"
                 "                        else:\n"
                 "                            words = raw[c - TMA_CHUNKS]\n"
                 "                        keys = to_key_operand(_decode_chunk(FORMAT, words, tables), ROWS)\n"
@@ -113,15 +130,15 @@ def variant_source() -> str:
                          "                        raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n", src)
 
 
-def write_variant(outdir: str) -> str:
+def write_variant(outdir: str, separate: bool = False) -> str:
     os.makedirs(outdir, exist_ok=True)
-    path = os.path.join(outdir, "var_tma5.py")
-    open(path, "w").write(variant_source())
+    path = os.path.join(outdir, "var_tma5s.py" if separate else "var_tma5.py")
+    open(path, "w").write(variant_source(separate))
     return path
 
 
 if __name__ == "__main__":
-    out = write_variant(sys.argv[1] if len(sys.argv) > 1 else "bench/out/tma5")
+    out = write_variant(sys.argv[1] if len(sys.argv) > 1 else "bench/out/tma5", separate="--separate" in sys.argv)
     print(out)
     if "--compile" in sys.argv:
         from hopper_variants import compile_variant, load_module
