@@ -4,8 +4,9 @@ A kernel that copies four [64, 16 * N] int32 boxes of a device-side tensor descr
 memory (one copy and one mbarrier wait per iteration) and reads them back in the Hopper kernel's
 chunk layout. Prints, per swizzle, the SASS counts of barriers, TMA copies and shared loads:
 ``PYTHONPATH=src TRITON_INTERPRET=0 python3 bench/studies/gluon_tma_probe.py``. Design log step 81:
-each ``async_copy_global_to_shared`` comes with its own ``bar.sync`` pair, so a tile's copies
-should be one box, not one per chunk.
+four rounds of expect, copy and wait (each with one ``thread_barrier`` of its own) compile to
+17 ``bar.sync``, about three per round from the lowering, so a tile's copies should be one box,
+not one per chunk.
 """
 import triton
 from triton.backends.compiler import GPUTarget
