@@ -15,8 +15,11 @@ shipped kernel's bits (same products, same order).
 
 The descriptor needs 128 bytes of global scratch per program, which Triton's launcher allocates
 through ``triton.set_allocator``; the written module sets one (torch allocations) when imported.
-``--separate`` writes ``var_tma5s.py`` (five buffers, see ``ALLOC``); ``--compile`` prints registers, spills,
-shared memory and the tile loop's length.
+``--separate`` writes ``var_tma5s.py`` (five buffers, see ``ALLOC``); ``--one-box`` writes
+``var_tma4one.py`` (chunks 0-3 in one copy per tile, ``ONE_BOX``; prepared, not timed: compiled
+255 registers, no spill, 103 KB shared, tile loop 825 instructions with 5 ``bar.sync`` against
+``var_tma5``'s 911 and 9); ``--compile`` prints registers, spills, shared memory and the tile
+loop's length.
 """
 
 import os
@@ -73,13 +76,39 @@ ALLOC = {False: "    raw_smem = gl.allocate_shared_memory(gl.int32, [TMA_CHUNKS 
                "        raw_smem = raw_smem + (gl.allocate_shared_memory(gl.int32, [TILE, 16], raw_lay), )\n"}
 RAW_BUF = {False: "return raw_smem.index(c)", True: "return raw_smem[c]"}
 
+#: ``tma4one``: chunks 0-3 as one box of a three-dimensional view of the cache (chunk, row, word;
+#: strides 16 words, the row stride, 1), so that a tile's staging is one copy, one expect and one
+#: wait (``gluon_tma_probe.py``: each round brings its own barriers); read back through a flat view.
+ONE_BOX = [
+    ("TMA_CHUNKS = gl.constexpr(5)", "TMA_CHUNKS = gl.constexpr(4)"),
+    ("    RAW_BUF_EXPR\n",
+     "    flat = raw_smem._reinterpret(gl.int32, [TMA_CHUNKS * TILE, 16],\n"
+     "                                 gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))\n"
+     "    return flat.slice(TILE * c, TILE, dim=0)\n"),
+    ("    for c in gl.static_range(TMA_CHUNKS):\n        tma.async_copy_global_to_shared(desc, [row0, 16 * c], bar, _raw_buf(raw_smem, c), pred=live)\n",
+     "    tma.async_copy_global_to_shared(desc, [0, row0, 0], bar, raw_smem, pred=live)\n"),
+]
+ONE_BOX_KERNEL = [
+    ("element_bitwidth=32, rank=2)\n    raw_smem", "element_bitwidth=32, rank=3)\n    raw_smem"),
+    ("gl.allocate_shared_memory(gl.int32, [TMA_CHUNKS if TMA_PATH else 1, TILE, 16], raw_lay)",
+     "gl.allocate_shared_memory(gl.int32, [TMA_CHUNKS, TILE, 16] if TMA_PATH else [1, TILE, 16], raw_lay)"),
+    ("tma.make_tensor_descriptor(kv_ptr, [gl.load(kv_indptr + batch), 144], [kv_stride, 1],\n"
+     "                                              [TILE, 16], raw_lay)",
+     "tma.make_tensor_descriptor(kv_ptr, [NUM_CHUNKS, gl.load(kv_indptr + batch), 16], [16, kv_stride, 1],\n"
+     "                                              [TMA_CHUNKS, TILE, 16], raw_lay)"),
+]
 
-def variant_source(separate: bool = False) -> str:
+
+def variant_source(separate: bool = False, one_box: bool = False) -> str:
     src = absolute_imports(open(shipped.__file__).read())
     src = _edit(src, "from mixmla.kernels.constants import", PREAMBLE + "from mixmla.kernels.constants import")
     src = _edit(src, "from mixmla.kernels.gluon.layouts import (CHUNK,", "from mixmla.kernels.gluon.layouts import (chunk_word_layout, CHUNK,")
+    helpers = HELPERS
+    for a, b in ONE_BOX if one_box else []:
+        assert a in helpers, a
+        helpers = helpers.replace(a, b)
     src = _edit(src, "\n\n@gluon.jit\ndef _tile_rows(",
-                HELPERS.replace("RAW_BUF_EXPR", RAW_BUF[separate]) + "\n@gluon.jit\ndef _tile_rows(")
+                helpers.replace("    RAW_BUF_EXPR\n", "    " + RAW_BUF[separate] + "\n") + "\n@gluon.jit\ndef _tile_rows(")
     src = _edit(src, "    p_all = gl.allocate_shared_memory(",
                 "    TMA_PATH: gl.constexpr = (FORMAT == FMT_FP8) and (PAGED == 0)\n"
                 "    raw_lay: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)\n"
@@ -122,6 +151,8 @@ def variant_source(separate: bool = False) -> str:
                 "                            _issue_head(desc, tma_bar, raw_smem, first_row + (t + 1) * TILE, t + 1 < t_end)\n"
                 "                    else:\n"
                 "                        keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)\n")
+    for a, b in ONE_BOX_KERNEL if one_box else []:
+        src = _edit(src, a, b)
     assert len(FP8_LOADS.findall(src)) == 1
     return FP8_LOADS.sub("                if FORMAT == FMT_FP8:\n"
                          "                    if TMA_PATH:\n"
@@ -130,15 +161,17 @@ def variant_source(separate: bool = False) -> str:
                          "                        raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n", src)
 
 
-def write_variant(outdir: str, separate: bool = False) -> str:
+def write_variant(outdir: str, separate: bool = False, one_box: bool = False) -> str:
     os.makedirs(outdir, exist_ok=True)
-    path = os.path.join(outdir, "var_tma5s.py" if separate else "var_tma5.py")
-    open(path, "w").write(variant_source(separate))
+    name = "var_tma4one.py" if one_box else "var_tma5s.py" if separate else "var_tma5.py"
+    path = os.path.join(outdir, name)
+    open(path, "w").write(variant_source(separate, one_box))
     return path
 
 
 if __name__ == "__main__":
-    out = write_variant(sys.argv[1] if len(sys.argv) > 1 else "bench/out/tma5", separate="--separate" in sys.argv)
+    out = write_variant(sys.argv[1] if len(sys.argv) > 1 else "bench/out/tma5", separate="--separate" in sys.argv,
+                        one_box="--one-box" in sys.argv)
     print(out)
     if "--compile" in sys.argv:
         from hopper_variants import compile_variant, load_module
