@@ -205,28 +205,24 @@ def test_unchecked_slots_outside_the_pool_are_skipped():
 _COMPILE_CHILD = """
 import json, sys, tempfile, os
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()  # a cached compile would not ask for the target again
-import triton
-from triton.compiler import ASTSource
-from mixmla.kernels.triton.append import append_kv_kernel
+import torch
+from mixmla.formats import Fp8Cache
 from mixmla.kernels.triton import compile as tc
-sig = dict(kv_ptr="*i16", kv_stride="i32", slots="*i64", num_slots="i32", out_ptr="*u8", out_stride="i32",
-           scale_ptr="*fp32", scale_stride="i32", FORMAT="constexpr", INTERPRETED="constexpr")
-for fmt in json.loads(sys.argv[1]):
-    with tc._active_target(tc.SM90):
-        k = triton.compile(ASTSource(append_kv_kernel, sig, constexprs=dict(FORMAT=fmt, INTERPRETED=False)),
-                           target=tc.SM90, options=dict(num_warps=8))
-    ptx = k.asm["ptx"]
-    print(json.dumps(dict(fmt=fmt, cvt=ptx.count("cvt.rn.satfinite.e4m3x2.f32"), div32=ptx.count("div.rn.f32"))))
+from mixmla.writer import append_launch
+for fnuz in json.loads(sys.argv[1]):
+    dtype = torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
+    rows = Fp8Cache(torch.zeros(64, 576, dtype=dtype), torch.ones(1))
+    one = append_launch(rows, 64, torch.zeros(16, 576, dtype=torch.bfloat16), torch.arange(16))
+    ptx = tc.compile_launch(one).asm["ptx"]
+    print(json.dumps(dict(fnuz=fnuz, cvt=ptx.count("cvt.rn.satfinite.e4m3x2.f32"), div32=ptx.count("div.rn.f32"))))
 """
 
 
 def test_fp8_writer_compiles_to_the_hardware_conversion():
     """On sm_90 the e4m3fn writer converts with ``cvt.rn.satfinite.e4m3x2`` and divides by no
     float32 division; e4m3fnuz, which NVIDIA hardware does not convert, keeps the integer encoder."""
-    from mixmla.kernels.constants import FMT_FP8, FMT_FP8_FNUZ
-
     from conftest import compile_in_child
 
-    rows = {r["fmt"]: r for r in compile_in_child(_COMPILE_CHILD, [FMT_FP8.value, FMT_FP8_FNUZ.value])}
-    assert rows[FMT_FP8.value]["cvt"] > 0 and rows[FMT_FP8.value]["div32"] == 0, rows
-    assert rows[FMT_FP8_FNUZ.value]["cvt"] == 0 and rows[FMT_FP8_FNUZ.value]["div32"] == 0, rows
+    rows = {r["fnuz"]: r for r in compile_in_child(_COMPILE_CHILD, [False, True])}
+    assert rows[False]["cvt"] > 0 and rows[False]["div32"] == 0, rows
+    assert rows[True]["cvt"] == 0 and rows[True]["div32"] == 0, rows

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from . import interpreter, validate
-from .formats import HEAD_DIM, Bf16Cache, Fp8Cache, Mxfp4Cache, as_cache
+from .formats import HEAD_DIM, Bf16Cache, Fp8Cache, Mxfp4Cache
 from .formats.paged import PagedCache, as_paged_cache
 from .kernels.constants import FMT_BF16, FMT_FP8, FMT_FP8_FNUZ, FMT_MXFP4
 
@@ -115,17 +115,25 @@ def append_kv(cache, kv: torch.Tensor, slot_mapping: torch.Tensor, *, check: boo
 
 def launch_append(rows, num_slots: int, kv: torch.Tensor, slot_mapping: torch.Tensor,
                   num_warps: int | None = None) -> None:
-    """Launch the writer on checked arguments: ``rows`` the cache's rows (``cache_rows``) with
-    ``num_slots`` of them, ``kv`` (n, 576) bf16, ``slot_mapping`` (n,) int32/int64 on its device;
-    ``num_warps`` per program (one program per token; None: 8 for fp8, whose correctly rounded
-    division is the longest chain and gains from more threads per row, else 4)."""
+    """Launch the writer on checked arguments (``append_launch``)."""
     if kv.shape[0] == 0:
         return
-    from .kernels.triton.append import append_kv_kernel
-
     if rows.device.type == "cpu" and not interpreter.active():
         raise ValueError("cache: on CPU tensors the Triton kernels run only in Triton's interpreter "
                          "(TRITON_INTERPRET=1 before triton is first imported)")
+    one = append_launch(rows, num_slots, kv, slot_mapping, num_warps)
+    one.kernel[one.grid](*one.args, **one.options)
+
+
+def append_launch(rows, num_slots: int, kv: torch.Tensor, slot_mapping: torch.Tensor,
+                  num_warps: int | None = None):
+    """The writer's ``kernels.triton.launch.Launch`` for ``rows`` the cache's rows (``cache_rows``)
+    with ``num_slots`` of them, ``kv`` (n >= 1, 576) bf16, ``slot_mapping`` (n,) int32/int64 on its
+    device; ``num_warps`` per program (one program per token; None: 8 for fp8, 4 otherwise,
+    docs/PERF.md steps 45 and 79)."""
+    from .kernels.triton.append import append_kv_kernel
+    from .kernels.triton.launch import Launch
+
     if isinstance(rows, Bf16Cache):
         fmt, out, scale, scale_stride = FMT_BF16.value, rows.data.view(torch.int16), None, 0
     elif isinstance(rows, Fp8Cache):
@@ -136,8 +144,9 @@ def launch_append(rows, num_slots: int, kv: torch.Tensor, slot_mapping: torch.Te
     if num_warps is None:
         num_warps = 8 if isinstance(rows, Fp8Cache) else 4
     # bf16 travels as its bits: the kernel widens them to float32 exactly.
-    append_kv_kernel[(kv.shape[0],)](kv.view(torch.int16), kv.stride(0), slot_mapping, num_slots, out, out.stride(0), scale,
-                                     scale_stride, fmt, interpreter.active(), num_warps=num_warps)
+    return Launch(append_kv_kernel, (kv.shape[0], ),
+                  (kv.view(torch.int16), kv.stride(0), slot_mapping, num_slots, out, out.stride(0), scale,
+                   scale_stride, fmt, interpreter.active()), {"num_warps": num_warps})
 
 
 __all__ = ["append_kv", "cache_rows"]

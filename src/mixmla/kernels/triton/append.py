@@ -4,7 +4,8 @@ One program writes one token. Slot ``s`` is row ``s`` of the cache's rows (for a
 ``page * page_size + row``); a slot outside ``[0, num_slots)``, vLLM's ``-1`` padding included,
 writes nothing, so no slot value can make the kernel write outside the cache.
 
-The encoders use integer and exactly rounded float operations only, so every backend (the CPU
+The encoders use integer and exactly rounded float operations only (on CUDA from sm_89 e4m3fn
+bytes come from the hardware's correctly rounded conversion instead), so every backend (the CPU
 interpreter too, whose float8 casts are not correctly rounded) writes the bits of the torch
 quantizers: fp8 ``clamp(x / scale)`` rounded to nearest-even (``formats.fp8.encode_fp8``), MXFP4
 the benchmark producer's block exponent and E2M1 codes (``formats.mxfp4``).
