@@ -21,12 +21,12 @@ are wrong here; the strict check still applies to the benchmark's inputs.
 ``--compile`` prints registers, spills and the tile loop's length for both page forms.
 """
 
-import os
 import sys
 
 import mixmla.kernels.gluon.decode as shipped
 
 from hopper_load_variants import _edit, absolute_imports
+from hopper_variants import print_compile_facts, write_source
 
 #: One f16x2 register per byte of the code words ``$8 $9``; ``$10 $11``: the first table word
 #: (magnitudes 0..3) of each word's block, ``$12 $13`` the second (4..7).
@@ -88,25 +88,11 @@ def variant_source() -> str:
 
 
 def write_variant(outdir: str) -> str:
-    os.makedirs(outdir, exist_ok=True)
-    path = os.path.join(outdir, "var_mxf16.py")
-    open(path, "w").write(variant_source())
-    return path
+    return write_source(outdir, "var_mxf16.py", variant_source())
 
 
 if __name__ == "__main__":
     out = write_variant(sys.argv[1] if len(sys.argv) > 1 else "bench/out/mxf16")
     print(out)
     if "--compile" in sys.argv:
-        from hopper_variants import compile_variant, load_module
-
-        from mixmla.kernels.gluon import sass
-        from mixmla.kernels.gluon.compile import KernelSpec
-
-        mod = load_module(out)
-        for paged in (0, 1):
-            spec = KernelSpec(H=16, ROWS=16, FORMAT=2, BLOCK_B=256, C0=2, WRITE_LSE=False, PAGED=paged)
-            f = sass.kernel_facts(compile_variant(mod.mla_decode_hopper_kernel, spec))
-            print(f"MXFP4 paged {paged}: {f.registers} registers, spill {f.spill_bytes} B, "
-                  f"loop {f.loop_instructions} instructions, {f.loop_local} local, shared {f.shared} B, "
-                  f"{dict(f.loop_ops.most_common(8))}")
+        print_compile_facts(out, [(2, 0), (2, 1)], ops=("PRMT", "LOP3", "IMAD", "HMUL2", "SHF"))

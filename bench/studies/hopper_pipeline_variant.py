@@ -18,12 +18,12 @@ Step 34 (second session) tried the same order in an older kernel and spilled; ``
 this one's registers and spills for both formats on any machine.
 """
 
-import os
 import sys
 
 import mixmla.kernels.gluon.decode as shipped
 
 from hopper_load_variants import _edit, absolute_imports
+from hopper_variants import print_compile_facts, write_source
 
 HELPERS = '''
 
@@ -132,25 +132,11 @@ def variant_source() -> str:
 
 
 def write_variant(outdir: str) -> str:
-    os.makedirs(outdir, exist_ok=True)
-    path = os.path.join(outdir, "var_pipe.py")
-    open(path, "w").write(variant_source())
-    return path
+    return write_source(outdir, "var_pipe.py", variant_source())
 
 
 if __name__ == "__main__":
     out = write_variant(sys.argv[1] if len(sys.argv) > 1 else "bench/out/pipe")
     print(out)
     if "--compile" in sys.argv:
-        from hopper_variants import compile_variant, load_module
-
-        from mixmla.kernels.gluon import sass
-        from mixmla.kernels.gluon.compile import KernelSpec
-
-        mod = load_module(out)
-        for fmt in (1, 2):
-            for paged in (0, 1):
-                spec = KernelSpec(H=16, ROWS=16, FORMAT=fmt, BLOCK_B=256, C0=2, WRITE_LSE=False, PAGED=paged)
-                f = sass.kernel_facts(compile_variant(mod.mla_decode_hopper_kernel, spec))
-                print(f"format {fmt} paged {paged}: {f.registers} registers, spill {f.spill_bytes} B, "
-                      f"loop {f.loop_instructions} instructions, {f.loop_local} local, shared {f.shared} B")
+        print_compile_facts(out, [(1, 0), (1, 1), (2, 0), (2, 1)])

@@ -22,12 +22,12 @@ through ``triton.set_allocator``; the written module sets one (torch allocations
 loop's length.
 """
 
-import os
 import sys
 
 import mixmla.kernels.gluon.decode as shipped
 
 from hopper_load_variants import FP8_LOADS, _edit, absolute_imports
+from hopper_variants import print_compile_facts, write_source
 
 PREAMBLE = '''
 import torch as _torch
@@ -162,11 +162,8 @@ def variant_source(separate: bool = False, one_box: bool = False) -> str:
 
 
 def write_variant(outdir: str, separate: bool = False, one_box: bool = False) -> str:
-    os.makedirs(outdir, exist_ok=True)
     name = "var_tma4one.py" if one_box else "var_tma5s.py" if separate else "var_tma5.py"
-    path = os.path.join(outdir, name)
-    open(path, "w").write(variant_source(separate, one_box))
-    return path
+    return write_source(outdir, name, variant_source(separate, one_box))
 
 
 if __name__ == "__main__":
@@ -174,17 +171,4 @@ if __name__ == "__main__":
                         one_box="--one-box" in sys.argv)
     print(out)
     if "--compile" in sys.argv:
-        from hopper_variants import compile_variant, load_module
-
-        from mixmla.kernels.gluon import sass
-        from mixmla.kernels.gluon.compile import KernelSpec
-
-        mod = load_module(out)
-        for fmt, paged in ((1, 0), (1, 1), (2, 0)):
-            spec = KernelSpec(H=16, ROWS=16, FORMAT=fmt, BLOCK_B=256, C0=2, WRITE_LSE=False, PAGED=paged)
-            k = compile_variant(mod.mla_decode_hopper_kernel, spec)
-            f = sass.kernel_facts(k)
-            print(f"format {fmt} paged {paged}: {f.registers} registers, spill {f.spill_bytes} B, "
-                  f"loop {f.loop_instructions} instructions, {f.loop_local} local, shared {f.shared} B, "
-                  f"global scratch {k.metadata.global_scratch_size} B, "
-                  f"{ {o: n for o, n in f.loop_ops.items() if o.startswith(('LDG', 'LDS', 'UTMALDG', 'SYNCS', 'BAR'))} }")
+        print_compile_facts(out, [(1, 0), (1, 1), (2, 0)], ops=("LDG", "LDS", "UTMALDG", "SYNCS", "BAR"))

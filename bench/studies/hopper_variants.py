@@ -52,6 +52,32 @@ def compile_variant(fn, spec, num_warps=gcompile.NUM_WARPS, max_registers=gcompi
                                    "launch_cooperative_grid": cooperative})
 
 
+def write_source(outdir, name, src):
+    """Writes a variant's source ``src`` as ``outdir/name``; returns the path."""
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, name)
+    open(path, "w").write(src)
+    return path
+
+
+def print_compile_facts(path, cases, ops=()):
+    """Compiles the variant at ``path`` for each ``(FORMAT, PAGED)`` of ``cases`` (16 heads, 256
+    requests) and prints its registers, spills, shared and global scratch memory, the tile loop's
+    length and the loop's counts of the opcodes starting with one of ``ops``."""
+    from mixmla.kernels.gluon import sass
+    from mixmla.kernels.gluon.compile import KernelSpec
+
+    mod = load_module(path)
+    for fmt, paged in cases:
+        spec = KernelSpec(H=16, ROWS=16, FORMAT=fmt, BLOCK_B=256, C0=2, WRITE_LSE=False, PAGED=paged)
+        k = compile_variant(mod.mla_decode_hopper_kernel, spec)
+        f = sass.kernel_facts(k)
+        counts = {o: n for o, n in f.loop_ops.items() if o.startswith(tuple(ops))} if ops else {}
+        print(f"format {fmt} paged {paged}: {f.registers} registers, spill {f.spill_bytes} B, "
+              f"loop {f.loop_instructions} instructions, {f.loop_local} local, shared {f.shared} B, "
+              f"global scratch {k.metadata.global_scratch_size} B" + (f", {counts}" if counts else ""))
+
+
 def load_module(name):
     """A variant: a module name under ``mixmla.kernels.gluon``, or the path of a ``.py`` file."""
     if name.endswith(".py"):
