@@ -8,7 +8,7 @@ caches hold them). Also a shuffle that stays inside 2 MiB windows (the rows of e
 permuted among themselves) separates DRAM locality from address-translation reach.
 
 ``python bench/studies/gather_ceiling.py OUTDIR``: prints a table of GPU time (graph replay after
-a read flush, ``harness.timing.gpu_time``) and GB/s of useful bytes, writes OUTDIR/gather.json.
+a read flush, ``harness.timing.gpu_time``) and GB/s of the bytes read (rows, scale rows, the index), writes OUTDIR/gather.json.
 ``--cpu-smoke``: a tiny pool through Triton's interpreter, order results checked against torch.
 """
 
