@@ -287,6 +287,16 @@ def _lds_tile(buf, z):
 """
 
 
+def deeper_prefetch(src):
+    """``src`` (the shipped kernel or a variant of it) with fp8's L2 prefetch three tiles ahead
+    instead of two."""
+    s = _edit(src, "_prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t + 2, t + 2 < t_end, page2,",
+              "_prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t + 3, t + 3 < t_end, page2,")
+    pro = ("                _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page,\n"
+           "                               num_pages, page_shift, kv_stride)\n")
+    return _edit(s, pro, pro + pro.replace("t_begin + 1", "t_begin + 2"))
+
+
 def _ldsbound(base):
     """``ldsbound`` (a bound, wrong by design): fp8's raw tiles read from shared memory instead of
     global memory, what a kernel whose copy engine staged them would read: the nine chunks of every
@@ -320,11 +330,7 @@ def variant_sources():
     out["late2"] = _move_fp8_loads(base, "                p_smem.store(p.to(MMA_DT))\n")
     out["late3"] = _move_fp8_loads(base, "scaled[c], is_async=True), )\n")
     out["afterfence"] = _move_fp8_loads(base, "                p_smem.store(p.to(MMA_DT))\n                fence_async_shared()\n")
-    s = _edit(base, "_prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t + 2, t + 2 < t_end, page2,",
-              "_prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t + 3, t + 3 < t_end, page2,")
-    pro = ("                _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page,\n"
-           "                               num_pages, page_shift, kv_stride)\n")
-    out["pf3"] = _edit(s, pro, pro + pro.replace("t_begin + 1", "t_begin + 2"))
+    out["pf3"] = deeper_prefetch(base)
     # ``latepf``: a piece's first prefetch (tile t_begin + 1, fp8) issued after the query is staged,
     # so that the query's and the first tile's loads do not queue behind it at the piece's start.
     pre = ("            if PAGED == 0:  # paged: tile t_begin + 1's entries were only just asked for\n"

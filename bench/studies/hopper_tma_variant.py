@@ -16,17 +16,22 @@ shipped kernel's bits (same products, same order).
 The descriptor needs 128 bytes of global scratch per program, which Triton's launcher allocates
 through ``triton.set_allocator``; the written module sets one (torch allocations) when imported.
 ``--separate`` writes ``var_tma5s.py`` (five buffers, see ``ALLOC``); ``--one-box`` writes
-``var_tma4one.py`` (chunks 0-3 in one copy per tile, ``ONE_BOX``; prepared, not timed: compiled
+``var_tma4one.py`` (chunks 0-3 in one copy per tile, ``ONE_BOX``; compiled
 255 registers, no spill, 103 KB shared, tile loop 825 instructions with 5 ``bar.sync`` against
 ``var_tma5``'s 911 and 9); ``--compile`` prints registers, spills, shared memory and the tile
 loop's length.
+
+Timed (steps 82-83): ``--one-box`` saves 4% of the loop's cycles and none of the time;
+``--tail-lds`` (chunks 4-8 read from a shared buffer of zeros, a bound) shows the copy itself is
+waited for, which neither ``--pf3`` (the L2 prefetch three tiles ahead) nor ``--wide`` (chunks 0-3
+as 64 rows of 256 bytes, ``var_tma4wide.py``) shortens.
 """
 
 import sys
 
 import mixmla.kernels.gluon.decode as shipped
 
-from hopper_load_variants import FP8_LOADS, _edit, absolute_imports
+from hopper_load_variants import FP8_LOADS, _edit, absolute_imports, deeper_prefetch
 from hopper_variants import print_compile_facts, write_source
 
 PREAMBLE = '''
@@ -99,12 +104,52 @@ ONE_BOX_KERNEL = [
 ]
 
 
-def variant_source(separate: bool = False, one_box: bool = False) -> str:
+#: ``tma4wide``: chunks 0-3 as one box of the two-dimensional view (row, word): 64 rows of 256
+#: contiguous bytes instead of ``tma4one``'s 256 rows of 64, read back by slicing the word axis.
+#: Why: a copy of ``tma4one``'s box measured slower than one tile (its wait is not the L2
+#: prefetch's lateness: ``tma4lds`` with the prefetch three tiles ahead waits as long), and the
+#: copy engine moves a box row by row.
+WIDE_BOX = [
+    ("TMA_CHUNKS = gl.constexpr(5)", "TMA_CHUNKS = gl.constexpr(4)"),
+    ("    RAW_BUF_EXPR\n", "    return raw_smem.slice(16 * c, 16, dim=1)\n"),
+    ("    for c in gl.static_range(TMA_CHUNKS):\n        tma.async_copy_global_to_shared(desc, [row0, 16 * c], bar, _raw_buf(raw_smem, c), pred=live)\n",
+     "    tma.async_copy_global_to_shared(desc, [row0, 0], bar, raw_smem, pred=live)\n"),
+]
+WIDE_BOX_KERNEL = [
+    ("gl.allocate_shared_memory(gl.int32, [TMA_CHUNKS if TMA_PATH else 1, TILE, 16], raw_lay)",
+     "gl.allocate_shared_memory(gl.int32, [TILE, 16 * TMA_CHUNKS] if TMA_PATH else [TILE, 16], raw_lay)"),
+    ("tma.make_tensor_descriptor(kv_ptr, [gl.load(kv_indptr + batch), 144], [kv_stride, 1],\n"
+     "                                              [TILE, 16], raw_lay)",
+     "tma.make_tensor_descriptor(kv_ptr, [gl.load(kv_indptr + batch), 144], [kv_stride, 1],\n"
+     "                                              [TILE, 16 * TMA_CHUNKS], raw_lay)"),
+]
+
+#: ``tail_lds`` (a bound, wrong by design): ``tma4one`` with chunks 4-8 read from a 4 KB shared
+#: buffer of zeros instead of register loads (as ``ldsbound`` reads all nine), so that only the TMA
+#: copy of chunks 0-3 and the L2 prefetch touch the cache: whether the copy's arrival or the
+#: remaining register loads hold ``tma4one`` up.
+TAIL_LDS = [
+    ("@gluon.jit\ndef _issue_head(",
+     "@gluon.jit\ndef _tail_lds(buf, z):\n"
+     "    raw = ()\n"
+     "    for c in gl.static_range(TMA_CHUNKS, NUM_CHUNKS):\n"
+     "        raw = raw + (buf.index(z * c).load(chunk_word_layout(4)), )\n"
+     "    return raw\n\n\n@gluon.jit\ndef _issue_head("),
+]
+TAIL_LDS_KERNEL = [
+    ("    tma_bar = gl.allocate_shared_memory(",
+     "    zero_buf = gl.allocate_shared_memory(gl.int32, [1, TILE, 16], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))\n"
+     "    zero_buf.index(0).store(gl.zeros([TILE, 16], gl.int32, chunk_word_layout(4)))\n"
+     "    tma_bar = gl.allocate_shared_memory("),
+]
+
+
+def variant_source(separate: bool = False, one_box: bool = False, tail_lds: bool = False, wide: bool = False) -> str:
     src = absolute_imports(open(shipped.__file__).read())
     src = _edit(src, "from mixmla.kernels.constants import", PREAMBLE + "from mixmla.kernels.constants import")
     src = _edit(src, "from mixmla.kernels.gluon.layouts import (CHUNK,", "from mixmla.kernels.gluon.layouts import (chunk_word_layout, CHUNK,")
     helpers = HELPERS
-    for a, b in ONE_BOX if one_box else []:
+    for a, b in (WIDE_BOX if wide else ONE_BOX if one_box else []) + (TAIL_LDS if tail_lds else []):
         assert a in helpers, a
         helpers = helpers.replace(a, b)
     src = _edit(src, "\n\n@gluon.jit\ndef _tile_rows(",
@@ -151,24 +196,34 @@ def variant_source(separate: bool = False, one_box: bool = False) -> str:
                 "                            _issue_head(desc, tma_bar, raw_smem, first_row + (t + 1) * TILE, t + 1 < t_end)\n"
                 "                    else:\n"
                 "                        keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)\n")
-    for a, b in ONE_BOX_KERNEL if one_box else []:
+    for a, b in (WIDE_BOX_KERNEL if wide else ONE_BOX_KERNEL if one_box else []) + (TAIL_LDS_KERNEL if tail_lds else []):
         src = _edit(src, a, b)
     assert len(FP8_LOADS.findall(src)) == 1
-    return FP8_LOADS.sub("                if FORMAT == FMT_FP8:\n"
+    src = FP8_LOADS.sub("                if FORMAT == FMT_FP8:\n"
                          "                    if TMA_PATH:\n"
                          "                        raw = _tail_tile(kv_ptr, row_off, ok)\n"
                          "                    else:\n"
                          "                        raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)\n", src)
+    if tail_lds:
+        assert src.count("raw = _tail_tile(kv_ptr, row_off, ok)") == 2
+        src = src.replace("raw = _tail_tile(kv_ptr, row_off, ok)", "raw = _tail_lds(zero_buf, _opaque_zero(t_begin))")
+    return src
 
 
-def write_variant(outdir: str, separate: bool = False, one_box: bool = False) -> str:
-    name = "var_tma4one.py" if one_box else "var_tma5s.py" if separate else "var_tma5.py"
-    return write_source(outdir, name, variant_source(separate, one_box))
+def write_variant(outdir: str, separate: bool = False, one_box: bool = False, tail_lds: bool = False,
+                  pf3: bool = False, wide: bool = False) -> str:
+    """Writes the variant; ``pf3``: with the L2 prefetch three tiles ahead (``deeper_prefetch``),
+    so that a copy issued one tile ahead finds its rows in L2 sooner."""
+    name = ("var_tma4wide" if wide else "var_tma4one" if one_box else "var_tma5s" if separate else "var_tma5")
+    name = name.replace("one", "lds") if tail_lds and not wide else name + ("lds" if tail_lds else "")
+    src = variant_source(separate, one_box or tail_lds, tail_lds, wide)
+    return write_source(outdir, name + ("_pf3" if pf3 else "") + ".py", deeper_prefetch(src) if pf3 else src)
 
 
 if __name__ == "__main__":
     out = write_variant(sys.argv[1] if len(sys.argv) > 1 else "bench/out/tma5", separate="--separate" in sys.argv,
-                        one_box="--one-box" in sys.argv)
+                        one_box="--one-box" in sys.argv, tail_lds="--tail-lds" in sys.argv,
+                        pf3="--pf3" in sys.argv, wide="--wide" in sys.argv)
     print(out)
     if "--compile" in sys.argv:
         print_compile_facts(out, [(1, 0), (1, 1), (2, 0)], ops=("LDG", "LDS", "UTMALDG", "SYNCS", "BAR"))
