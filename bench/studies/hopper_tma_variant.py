@@ -214,9 +214,11 @@ def write_variant(outdir: str, separate: bool = False, one_box: bool = False, ta
                   pf3: bool = False, wide: bool = False) -> str:
     """Writes the variant; ``pf3``: with the L2 prefetch three tiles ahead (``deeper_prefetch``),
     so that a copy issued one tile ahead finds its rows in L2 sooner."""
-    name = ("var_tma4wide" if wide else "var_tma4one" if one_box else "var_tma5s" if separate else "var_tma5")
-    name = name.replace("one", "lds") if tail_lds and not wide else name + ("lds" if tail_lds else "")
-    src = variant_source(separate, one_box or tail_lds, tail_lds, wide)
+    one_box = one_box or tail_lds  # the bound is taken of the one-box copy (or the wide one)
+    name = "var_tma4wide" if wide else "var_tma4one" if one_box else "var_tma5s" if separate else "var_tma5"
+    if tail_lds:
+        name = "var_tma4lds" if name == "var_tma4one" else name + "lds"
+    src = variant_source(separate, one_box, tail_lds, wide)
     return write_source(outdir, name + ("_pf3" if pf3 else "") + ".py", deeper_prefetch(src) if pf3 else src)
 
 

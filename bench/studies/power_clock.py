@@ -10,6 +10,7 @@ samples in the middle of the run; the raw samples go to the JSON file.
 """
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -46,10 +47,10 @@ for fmt in ["bf16", "fp8", "mxfp4"]:
     samples = [l.split(", ") for l in lines]
     clk = [float(s[1].split()[0]) for s in samples if len(s) > 3]
     pw = [float(s[3].split()[0]) for s in samples if len(s) > 3]
-    mid = slice(len(clk) // 5, -max(1, len(clk) // 10))
+    mid = slice(len(clk) // 5, -max(1, len(clk) // 10))  # past the ramp, before the tail
     r = {"fmt": fmt, "backend": p.backend, "us per call (warm L2, back to back)": round(us, 1),
-         "sm MHz median": sorted(clk[mid])[len(clk[mid]) // 2] if clk[mid] else None,
-         "power W median": sorted(pw[mid])[len(pw[mid]) // 2] if pw[mid] else None, "samples": lines}
+         "sm MHz median": statistics.median(clk[mid]) if clk[mid] else None,
+         "power W median": statistics.median(pw[mid]) if pw[mid] else None, "samples": lines}
     rows.append(r)
     print({k: v for k, v in r.items() if k != "samples"}, flush=True)
     time.sleep(1.0)
