@@ -18,16 +18,20 @@ pytest.importorskip("triton.experimental.gluon")
 
 SCRIPT = r"""
 import json, sys
-from mixmla.kernels.gluon.compile import compile_decode, KernelSpec
+from mixmla.kernels.gluon.compile import compile_decode, KernelSpec, staged
 from mixmla.kernels.gluon.launch import shipped_specs
 from mixmla.kernels.gluon.sass import kernel_facts
 out = []
 for spec in shipped_specs():
-    f = kernel_facts(compile_decode(spec))
-    out.append({"spec": spec.constexprs(), "registers": f.registers, "spill_bytes": f.spill_bytes,
-                "shared": f.shared, "wgmma": f.wgmma, "loop_instructions": f.loop_instructions,
-                "loop_local": f.loop_local, "loop_hgmma": f.loop_ops["HGMMA"],
-                "prefetch": compile_decode(spec).asm["ptx"].count("cp.async.bulk.prefetch.L2.global")})
+    k = compile_decode(spec)
+    f = kernel_facts(k)
+    ptx = k.asm["ptx"]
+    out.append({"spec": spec.constexprs(), "staged": staged(spec), "registers": f.registers,
+                "spill_bytes": f.spill_bytes, "shared": f.shared, "wgmma": f.wgmma,
+                "loop_instructions": f.loop_instructions, "loop_local": f.loop_local,
+                "loop_hgmma": f.loop_ops["HGMMA"], "prefetch": ptx.count("cp.async.bulk.prefetch.L2.global"),
+                "tma_copies": ptx.count("cp.async.bulk.tensor"), "setmaxnreg": ptx.count("setmaxnreg"),
+                "scratch": k.metadata.global_scratch_size})
 print(json.dumps(out))
 """
 
@@ -45,25 +49,46 @@ def test_every_shipped_configuration_compiles(compiled):
     assert len(compiled) == len(shipped_specs()) > 0
 
 
-def test_two_programs_fit_an_sm(compiled):
-    """Two programs per SM (the grid assumes it): registers and shared memory for both."""
+def test_programs_fit_an_sm(compiled):
+    """As many programs per SM as the grid assumes (``launch.programs_per_sm``): two of 128
+    threads for ``decode``, one of 256 (two warpgroups) for ``decode_tma``; registers and shared
+    memory for all of them."""
+    from mixmla.kernels.gluon.compile import KernelSpec
+    from mixmla.kernels.gluon.launch import programs_per_sm
     for k in compiled:
-        assert 2 * 128 * k["registers"] <= 65536, k
-        assert 2 * (k["shared"] + 1024) <= 233472, k  # H100/H200: 228 KB per SM, 1 KB reserved per block
+        per_sm = programs_per_sm(KernelSpec(**k["spec"]))
+        threads = 256 if k["staged"] else 128
+        assert per_sm == (1 if k["staged"] else 2), k
+        assert per_sm * threads * k["registers"] <= 65536, k
+        assert per_sm * (k["shared"] + 1024) <= 233472, k  # H100/H200: 228 KB per SM, 1 KB reserved per block
 
 
 def test_matrix_products_on_wgmma_in_the_tile_loop(compiled):
-    """36 score and 32 value wgmma per tile, all in the tile loop."""
+    """36 score and 32 value wgmma per tile, all in the tile loop (each warpgroup's, in the staged
+    kernel)."""
     for k in compiled:
-        assert k["wgmma"] == 68 and k["loop_hgmma"] == 68, k
+        if k["staged"]:  # the two warpgroups' loops may lie inside one backward branch of the listing
+            assert k["wgmma"] == 136 and k["loop_hgmma"] in (68, 136), k
+        else:
+            assert k["wgmma"] == 68 and k["loop_hgmma"] == 68, k
 
 
-def test_fp8_cache_rows_are_prefetched_into_l2(compiled):
-    """The fp8 tile loop prefetches the rows of the tile after next into L2 (without it the kernel
-    waits on its loads); the MXFP4 one does not (measured slower with it)."""
+def test_fp8_cache_rows_reach_shared_memory_ahead_of_use(compiled):
+    """Contiguous fp8 tiles come by TMA (three copies per tile per warpgroup, of warp-specialized
+    warpgroups with their register budgets set: ``setmaxnreg``) with the tensor descriptors in the
+    workspace's global scratch, and no L2 prefetch (it slowed the copies); paged fp8 loads prefetch
+    the rows of the tile after next into L2; MXFP4 neither (measured slower with a prefetch)."""
     from mixmla.kernels.constants import FMT_FP8
+    from mixmla.kernels.gluon.decode_tma import SCRATCH_PER_PROGRAM
     for k in compiled:
-        assert (k["prefetch"] >= 1) == (k["spec"]["FORMAT"] == FMT_FP8.value), k
+        fp8 = k["spec"]["FORMAT"] == FMT_FP8.value
+        assert k["staged"] == (fp8 and k["spec"]["PAGED"] == 0), k
+        if k["staged"]:
+            assert k["tma_copies"] >= 6 and k["setmaxnreg"] >= 2 and k["prefetch"] == 0, k
+            assert k["scratch"] == SCRATCH_PER_PROGRAM, k
+        else:
+            assert k["tma_copies"] == 0 and k["setmaxnreg"] == 0 and k["scratch"] == 0, k
+            assert (k["prefetch"] >= 1) == fp8, k
 
 
 def test_no_local_memory_in_the_tile_loop(compiled):

@@ -26,8 +26,9 @@ class _Recorder:
     """What ``launch.compile_decode`` returns here: a compiled kernel whose launcher records its
     calls (``launcher_binding`` takes an unknown launcher through ``run`` itself)."""
 
-    def __init__(self, spec, calls):
+    def __init__(self, spec, calls, scratch=0):
         self.spec, self.function, self.packed_metadata = spec, object(), object()
+        self.metadata = types.SimpleNamespace(global_scratch_size=scratch)
         self.run = lambda *args: calls.append((spec, args))
 
 
@@ -198,3 +199,56 @@ def test_a_query_the_kernel_would_misread_is_refused_before_launch(hopper):
     with pytest.raises(ValueError, match="out: the Hopper kernel needs a 16-byte aligned output"):
         p.run(q, cache, out=out)
     assert len(calls) == 2
+
+
+def test_the_staged_fp8_kernel_gets_its_global_scratch_from_the_workspace(hopper, monkeypatch):
+    """Contiguous fp8 plans launch ``decode_tma``'s kernel, one program per SM, whose tensor
+    descriptors live in global scratch: the launcher is given the plan's workspace for it (256-byte
+    aligned, ``programs`` x 512 bytes before the partial results), never an allocation of Triton's;
+    a launcher whose scratch handling mixmla does not know is refused with a clear error."""
+    backend, launch, calls, _ = hopper
+    from mixmla.kernels.gluon.compile import staged
+    from mixmla.kernels.triton import launch as triton_launch
+
+    class KnownLauncher:  # stands in for Triton's: bound past its __call__, straight to ``launch``
+        launch_cooperative_grid, launch_pdl = True, False
+        global_scratch_size, profile_scratch_size = 512, 0
+
+        def launch(self, *args):
+            calls.append(("direct", args))
+
+    def compiled(spec):
+        k = _Recorder(spec, calls, scratch=512 if staged(spec) else 0)
+        k.run = KnownLauncher()
+        return k
+
+    monkeypatch.setattr(launch, "compile_decode", compiled)
+    monkeypatch.setattr(triton_launch, "launcher_call_is_known", lambda cls: cls is KnownLauncher)
+    kv_lens = [64] * 256
+    q, cache = _inputs("fp8", kv_lens)
+    p = mixmla.plan(indptr(kv_lens, device=CPU), num_heads=H, fmt="fp8", backend="gluon")
+    decoder = p._plan.decoders[0, False]
+    programs = backend.grid_size(np.array(kv_lens), 132)  # one per SM of the 132
+    assert decoder.scratch_per_program == 512 and decoder.programs == programs == 128
+    p.run(q, cache)
+    _, args = calls[-1]
+    assert args[:4] == (programs, 1, 1, 7)
+    work = p._plan.workspace
+    scratch = args[7]
+    buffer = work.tensors[0]
+    assert scratch == work.scratch and (scratch - buffer.data_ptr()) % 256 == 0  # CUDA buffers start 512-aligned
+    assert p.lse.data_ptr() + p.lse.numel() * 4 <= scratch and scratch + programs * 512 <= work.part_o
+    assert dict(zip(_SIGNATURE_NAMES(), args[13:]))["part_o_ptr"] == work.part_o
+    mx = mixmla.plan(indptr(kv_lens, device=CPU), num_heads=H, fmt="mxfp4", backend="gluon")
+    mx_programs = mx._plan.decoders[0, False].programs  # two per SM
+    assert mx_programs == backend.grid_size(np.array(kv_lens), 264) == 192 and mx._plan.workspace.scratch is None
+
+    monkeypatch.setattr(triton_launch, "launcher_call_is_known", lambda cls: False)
+    with pytest.raises(RuntimeError, match="backend='triton'"):
+        mixmla.plan(indptr(kv_lens, device=CPU), num_heads=H, fmt="fp8", backend="gluon").run(q, cache)
+
+
+def _SIGNATURE_NAMES():
+    from mixmla.kernels.gluon.compile import SIGNATURE
+
+    return list(SIGNATURE)

@@ -1,8 +1,7 @@
 """Where the Hopper kernel's warps stall: ncu's per-reason stall samples for one launch, and the
 instructions that collect most of them.
 
-``PYTHONPATH=src python3 bench/studies/hopper_ncu.py OUT FMT BATCH KV_LEN [ws]`` (``ws``: the
-warp-specialized fp8 study kernel, ``hopper_profile_target.py``'s option; or ``--summarize
+``PYTHONPATH=src python3 bench/studies/hopper_ncu.py OUT FMT BATCH KV_LEN`` (or ``--summarize
 OUT/FMT-BATCHxKV_LEN`` to redo the summary from the CSV files)
 
 Runs ``ncu --set full`` on the third launch of ``hopper_profile_target.py`` (clocks not locked, so
@@ -77,13 +76,13 @@ def summarize(rep: str) -> list[str]:
     return lines
 
 
-def main(out, fmt, batch, kv_len, *variant):
+def main(out, fmt, batch, kv_len):
     os.makedirs(out, exist_ok=True)
-    rep = os.path.join(out, f"{fmt}-{batch}x{kv_len}" + "".join(f"-{v}" for v in variant))
+    rep = os.path.join(out, f"{fmt}-{batch}x{kv_len}")
     target = os.path.join(os.path.dirname(__file__), "hopper_profile_target.py")
     subprocess.run(["ncu", "--set", "full", "--import-source", "no", "--clock-control", "none", "-k",
                     "regex:mla_decode_hopper", "--launch-skip", "2", "--launch-count", "1", "-f", "-o", rep,
-                    sys.executable, target, fmt, str(batch), str(kv_len), *variant], check=True)
+                    sys.executable, target, fmt, str(batch), str(kv_len)], check=True)
     open(rep + "-raw.csv", "w").write(_ncu("--import", rep + ".ncu-rep", "--page", "raw", "--csv"))
     open(rep + "-source.csv", "w").write(_ncu("--import", rep + ".ncu-rep", "--page", "source", "--csv",
                                               "--print-source", "sass"))
@@ -96,4 +95,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "--summarize":  # again, from the CSV files of an earlier run
         print("\n".join(summarize(sys.argv[2])))
     else:
-        main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:])
+        main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

@@ -1,8 +1,7 @@
 """One Hopper-kernel launch per format for a profiler to capture (after two untimed warm-ups).
 
 ``ncu --clock-control none -k mla_decode_hopper_kernel --launch-skip 2 --launch-count 1 python
-bench/studies/hopper_profile_target.py FMT BATCH KV_LEN [ws]``; ``ws``: the warp-specialized fp8
-study kernel of ``hopper_ws_fp8.py`` (128 programs) instead of the shipped one.
+bench/studies/hopper_profile_target.py FMT BATCH KV_LEN``
 """
 
 import sys
@@ -17,12 +16,7 @@ from mixmla.reference import default_sm_scale
 fmt, batch, kv_len = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 q, kv, qo, kvp, _ = generate_input(batch, 1, kv_len, seed=1, device="cuda")
 cache = as_cache(kv[fmt])
-if sys.argv[4:] == ["ws"]:
-    from hopper_ws_fp8 import ws_decoder
-
-    dec = ws_decoder(batch, q.device, 128)
-else:
-    dec = HopperDecoder(batch, 16, fmt, q.device)
+dec = HopperDecoder(batch, 16, fmt, q.device)
 out = torch.empty(q.shape[0], 16, 512, dtype=torch.bfloat16, device="cuda")
 lse = torch.empty(q.shape[0], 16, device="cuda")
 for _ in range(3):

@@ -3,7 +3,7 @@
 ``PYTHONPATH=src:bench/studies python3 bench/studies/hopper_timeline.py --out OUT [--kernels shipped,var.py]
 [--shapes 256x8192,...] [--compile-only]``
 
-Each kernel (``shipped``: kernels/gluon/decode.py; or a variant's source file, as written by
+Each kernel (``shipped``: kernels/gluon/decode.py, which the library runs for MXFP4 and paged fp8 (contiguous fp8 runs ``decode_tma``, not instrumented here); or a variant's source file, as written by
 ``hopper_load_variants.py``) is instrumented by text edits: clock reads between the phases of the
 tile loop, summed per thread over its tiles and written with the tile count and the program's whole
 time to the ``lse`` buffer (float32, (programs, 20, 128); compiled with WRITE_LSE=False). Phases:

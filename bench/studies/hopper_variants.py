@@ -8,7 +8,7 @@ declare NUM_WARPS, MAX_REGISTERS and PROGRAMS_PER_SM for its compile and grid (`
 reading the same batch through a block table of shuffled pages of each listed size
 (``mixmla.paged.scatter_to_pages``; rows no request owns decode to NaN). Checks: the strict check
 against the reference where it is affordable, a variant's output bitwise the shipped one's
-(``same``), and a paged output bitwise the same kernel's contiguous one (``paged bits``). Prints a
+(``same``; for contiguous fp8 the shipped kernel is ``decode_tma``'s, whose bits a ``decode.py`` variant does not have), and a paged output bitwise the same kernel's contiguous one (``paged bits``). Prints a
 table, writes OUTDIR/variants.json.
 """
 

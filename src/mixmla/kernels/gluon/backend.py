@@ -59,20 +59,23 @@ class HopperPlan(BackendPlan):
 
     def __init__(self, layout: Layout):
         sms = torch.cuda.get_device_properties(layout.device).multi_processor_count
-        programs = grid_size(layout.kv_lens, launch.PROGRAMS_PER_SM * sms)
+        # Per (page-table form, lse): contiguous plans launch form 0; paged plans form 1 (block
+        # table) or 2 (CSR), whichever run_paged gets. One workspace and one grid: they never run
+        # at once, and every form of a layout has the same programs per SM.
+        forms = (1, 2) if layout.page_size else (0, )
+        per_sm = launch.programs_per_sm(launch.HopperDecoder.spec_of(layout.batch, layout.fmt, forms[0]))
+        programs = grid_size(layout.kv_lens, per_sm * sms)
         self.sm_scale = layout.sm_scale
         self._device = layout.device
         self._batch = layout.batch
         self._programs = programs
         self.workspace = None
-        self.workspace_floats = launch.workspace_floats(programs)
-        # Per (page-table form, lse): contiguous plans launch form 0; paged plans form 1 (block
-        # table) or 2 (CSR), whichever run_paged gets. One workspace: they never run at once.
-        forms = (1, 2) if layout.page_size else (0, )
         self.decoders = {(form, lse): launch.HopperDecoder(layout.batch, layout.num_heads, layout.fmt, layout.device,
                                                            write_lse=lse, programs=programs, paged=form,
                                                            allocate=False)
                          for form in forms for lse in (False, True)}
+        self._scratch = max(d.scratch_per_program for d in self.decoders.values())
+        self.workspace_floats = launch.workspace_floats(programs, self._scratch)
 
     def fresh(self) -> "HopperPlan":
         other = HopperPlan.__new__(HopperPlan)
@@ -84,7 +87,7 @@ class HopperPlan(BackendPlan):
         # The counts are the plan's own: a workspace may be shared with plans that leave anything
         # in it, and the counts must start at zero.
         self.workspace = launch.Workspace.of(buffer, launch.new_counters(self._batch, self._device), self._programs,
-                                             offset)
+                                             offset, self._scratch)
 
     def _check_call(self, cache, q, out) -> None:
         reason = launch.cache_unsupported(cache)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 from dataclasses import asdict, dataclass
 
+from ..constants import FMT_FP8
+
 #: The kernel's parameters in order with their Triton types ("constexpr" for specialization
 #: constants). Pointer arguments are 16-byte aligned (checked on the host before a launch).
 SIGNATURE = {
@@ -31,7 +33,8 @@ SIGNATURE = {
 DIVISIBILITY = {"q_ptr": 16, "kv_ptr": 16, "out_ptr": 16, "part_o_ptr": 16, "part_lse_ptr": 16, "kv_stride": 8,
                 "stride_qt": 16, "stride_qh": 16, "stride_ot": 16, "stride_oh": 16}
 NUM_WARPS = 4
-#: Register cap per thread: two programs share an SM (2 x 128 threads x 255 registers fit its 64 K).
+#: Register cap per thread: two programs share an SM (2 x 128 threads x 255 registers fit its 64 K),
+#: or one of two warpgroups (``decode_tma``).
 MAX_REGISTERS = 255
 
 
@@ -53,18 +56,29 @@ class KernelSpec:
         return asdict(self)
 
 
+def staged(spec: KernelSpec) -> bool:
+    """Whether ``spec`` is served by ``decode_tma`` (contiguous fp8: tiles staged by TMA, one program
+    of two warpgroups per SM) rather than ``decode`` (two programs of one warpgroup per SM)."""
+    return spec.FORMAT == FMT_FP8.value and spec.PAGED == 0
+
+
 @functools.lru_cache(maxsize=None)
 def compile_decode(spec: KernelSpec):
-    """The compiled kernel for ``spec`` (sm_90a cubin and PTX in ``.asm``)."""
+    """The compiled kernel for ``spec`` (sm_90a cubin and PTX in ``.asm``): ``decode_tma``'s where
+    ``staged(spec)``, else ``decode``'s. ``NUM_WARPS`` is a program's for ``decode`` and the default
+    partition's for ``decode_tma`` (its worker adds four)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from .decode import mla_decode_hopper_kernel
+    if staged(spec):
+        from .decode_tma import mla_decode_hopper_tma_kernel as kernel
+    else:
+        from .decode import mla_decode_hopper_kernel as kernel
 
     names = list(SIGNATURE)
     attrs = {(names.index(n), ): [["tt.divisibility", d]] for n, d in DIVISIBILITY.items()}
-    src = GluonASTSource(mla_decode_hopper_kernel, dict(SIGNATURE), constexprs=spec.constexprs(), attrs=attrs)
+    src = GluonASTSource(kernel, dict(SIGNATURE), constexprs=spec.constexprs(), attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": NUM_WARPS, "maxnreg": MAX_REGISTERS,
                                    # The programs of a cut request wait for each other's pieces

@@ -1,4 +1,5 @@
-"""The Hopper (sm_90a) MLA decode kernel for fp8 and MXFP4 caches, in Gluon.
+"""The Hopper (sm_90a) MLA decode kernel for MXFP4 and paged fp8 caches, in Gluon (contiguous fp8:
+``decode_tma``, which composes this module's work split, tile pieces and merge).
 
 One launch does the whole call. The grid is persistent (two programs per SM, each one warpgroup);
 every program derives its share of the work from the indptrs on the device: each request costs its
@@ -363,6 +364,90 @@ def _wait_count(ptr, target):
 
 
 @gluon.jit
+def _program_units(pid, num_programs, kv_indptr, page_indptr, max_pages, page_shift, batch, BLOCK_B: gl.constexpr,
+                   C0: gl.constexpr, PAGED: gl.constexpr):
+    """Program ``pid``'s share of the work: ``(bi, cost, cum, total, u_begin, u_end)``, the request
+    indices (BLOCK_B,), each request's cost units (its tiles plus C0), their inclusive prefix sums,
+    the total, and the program's range ``[u_begin, u_end)`` of units (``_range_bound``)."""
+    bl: gl.constexpr = gl.BlockedLayout([BLOCK_B // 128], [32], [4], [0])
+    bi = gl.arange(0, BLOCK_B, layout=bl)
+    live_b = bi < batch
+    lens = paging.request_lengths(bi, live_b, kv_indptr, page_indptr, max_pages, page_shift, PAGED)
+    cost = gl.where(live_b, (lens + TILE - 1) // TILE + C0, 0)
+    cum = gl.associative_scan(cost, 0, _add)
+    total = gl.sum(cost, axis=0)
+    return bi, cost, cum, total, _range_bound(pid, num_programs, total), _range_bound(pid + 1, num_programs, total)
+
+
+@gluon.jit
+def _piece_tiles(u_begin, u_end, start_b, cum_b, kv_len, C0: gl.constexpr):
+    """``(t_begin, t_end)``: the tiles of a request of ``kv_len`` tokens and units ``[start_b, cum_b)``
+    that fall in the program's range ``[u_begin, u_end)`` (its first C0 units are its fixed cost)."""
+    n_tiles = (kv_len + TILE - 1) // TILE
+    t_begin = gl.minimum(gl.maximum(gl.maximum(u_begin, start_b) - start_b - C0, 0), n_tiles)
+    t_end = gl.minimum(gl.maximum(gl.minimum(u_end, cum_b) - start_b - C0, 0), n_tiles)
+    return t_begin, t_end
+
+
+@gluon.jit
+def _write_request(acc, inv_l, lse2, kscale, n, dcol, row_ok, b, b_first, pid, num_programs, total, u_begin, start_b,
+                   first, nparts, q_lo, q_len, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr,
+                   part_lse_ptr, counter_ptr, batch, H: gl.constexpr, ROWS: gl.constexpr, WRITE_LSE: gl.constexpr):
+    """Writes program ``pid``'s piece of request ``b``: ``acc`` its VALUE_CHUNKS value accumulators
+    (CHUNK, ROWS) float32 (``score_layout``, row k of chunk c = output column ``CHUNK * c + dcol[k]``),
+    ``inv_l`` and ``lse2`` from ``_finish``, ``kscale`` the fp8 scale (1 for MXFP4); ``n`` the query
+    rows, ``row_ok`` those of the request. A request of one piece goes to ``out`` (and ``lse``);
+    a cut one leaves its normalized partial and log-sum-exp in the program's workspace slot and is
+    merged (see the module's docstring); ``b_first``: the program's first request."""
+    factor = (inv_l * kscale)[None, :]
+    tok = (q_lo + n // H).to(gl.int64)
+    if nparts == 1:
+        out_rows = out_ptr + tok * stride_ot + (n % H) * stride_oh
+        for c in gl.static_range(VALUE_CHUNKS):
+            gl.store(out_rows[None, :] + (CHUNK * c + dcol)[:, None], (acc[c] * factor).to(gl.bfloat16),
+                     mask=row_ok[None, :])
+        if WRITE_LSE:
+            gl.store(lse_ptr + tok * stride_lt + n % H, lse2 * LN2, mask=row_ok)
+    else:
+        slot = 2 * pid + (b != b_first).to(gl.int32)
+        part_rows = part_o_ptr + (slot * ROWS + n).to(gl.int64) * VALUE_DIM
+        for c in gl.static_range(VALUE_CHUNKS):
+            gl.store(part_rows[None, :] + (CHUNK * c + dcol)[:, None], acc[c] * factor)
+        gl.store(part_lse_ptr + slot * ROWS + n, lse2)
+        # The count as CUTLASS's semaphores raise it: the barrier orders every thread's
+        # stores before the one thread's acq_rel atomic (a scalar atomic runs in one thread
+        # and reaches the others through shared memory and a barrier, so a last arriver's
+        # reads below follow its acquire).
+        gl.thread_barrier()
+        done = gl.atomic_add(counter_ptr + b, 1, sem="acq_rel", scope="gpu")
+        # Who merges: the programs whose whole range lies in this request (each holds one
+        # piece and has nothing else to do) share the merge, each writing slices of the
+        # output once every piece is counted; a request without such programs (two pieces)
+        # is merged by the program that counts its last piece. Programs holding other
+        # requests too never wait.
+        one_unit = num_programs >= total
+        inner = gl.where(one_unit, nparts, nparts - 2)
+        if inner == 0:
+            if done == nparts - 1:
+                _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
+                             q_lo, q_len, first, nparts, start_b, num_programs, total, H, ROWS, WRITE_LSE)
+                gl.store(counter_ptr + b, 0)
+        else:
+            k = gl.where(one_unit, u_begin - start_b, pid - first - 1)
+            mergers = gl.minimum(inner, VALUE_DIM // _merge_width(nparts))
+            if (k >= 0) & (k < mergers):
+                _wait_count(counter_ptr + b, nparts)
+                _merge_share(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
+                             q_lo, q_len, first, nparts, start_b, num_programs, total, k, mergers, H, ROWS,
+                             WRITE_LSE)
+                gl.thread_barrier()
+                left = gl.atomic_add(counter_ptr + batch + b, 1, sem="acq_rel", scope="gpu")
+                if left == mergers - 1:  # every merger has seen the full count
+                    gl.store(counter_ptr + b, 0)
+                    gl.store(counter_ptr + batch + b, 0)
+
+
+@gluon.jit
 def mla_decode_hopper_kernel(
     q_ptr, stride_qt, stride_qh,
     kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr,
@@ -405,15 +490,8 @@ def mla_decode_hopper_kernel(
 
     pid = gl.program_id(0)
     num_programs = gl.num_programs(0)
-    bl: gl.constexpr = gl.BlockedLayout([BLOCK_B // 128], [32], [4], [0])
-    bi = gl.arange(0, BLOCK_B, layout=bl)
-    live_b = bi < batch
-    lens = paging.request_lengths(bi, live_b, kv_indptr, page_indptr, max_pages, page_shift, PAGED)
-    cost = gl.where(live_b, (lens + TILE - 1) // TILE + C0, 0)
-    cum = gl.associative_scan(cost, 0, _add)
-    total = gl.sum(cost, axis=0)
-    u_begin = _range_bound(pid, num_programs, total)
-    u_end = _range_bound(pid + 1, num_programs, total)
+    bi, cost, cum, total, u_begin, u_end = _program_units(pid, num_programs, kv_indptr, page_indptr, max_pages,
+                                                          page_shift, batch, BLOCK_B, C0, PAGED)
 
     kscale = 1.0
     tables = ()
@@ -438,9 +516,7 @@ def mla_decode_hopper_kernel(
                                                       PAGED)
             q_lo = gl.load(qo_indptr + b)
             q_len = gl.load(qo_indptr + b + 1) - q_lo
-            n_tiles = (kv_len + TILE - 1) // TILE
-            t_begin = gl.minimum(gl.maximum(gl.maximum(u_begin, start_b) - start_b - C0, 0), n_tiles)
-            t_end = gl.minimum(gl.maximum(gl.minimum(u_end, cum_b) - start_b - C0, 0), n_tiles)
+            t_begin, t_end = _piece_tiles(u_begin, u_end, start_b, cum_b, kv_len, C0)
 
             q_rows = _load_query(q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
             # A tile's page entries are read two tiles before its rows, its rows prefetched into L2
@@ -517,49 +593,6 @@ def mla_decode_hopper_kernel(
                     acc = acc + (warpgroup_mma(v_bufs[c].index(z).permute((1, 0)), p_smem, scaled[c], is_async=True), )
             acc = warpgroup_mma_wait(0, deps=acc)
             inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))
-            factor = (inv_l * kscale)[None, :]
-            tok = (q_lo + n // H).to(gl.int64)
-            if nparts == 1:
-                out_rows = out_ptr + tok * stride_ot + (n % H) * stride_oh
-                for c in gl.static_range(VALUE_CHUNKS):
-                    gl.store(out_rows[None, :] + (CHUNK * c + dcol)[:, None], (acc[c] * factor).to(gl.bfloat16),
-                             mask=row_ok[None, :])
-                if WRITE_LSE:
-                    gl.store(lse_ptr + tok * stride_lt + n % H, lse2 * LN2, mask=row_ok)
-            else:
-                slot = 2 * pid + (b != b_first).to(gl.int32)
-                part_rows = part_o_ptr + (slot * ROWS + n).to(gl.int64) * VALUE_DIM
-                for c in gl.static_range(VALUE_CHUNKS):
-                    gl.store(part_rows[None, :] + (CHUNK * c + dcol)[:, None], acc[c] * factor)
-                gl.store(part_lse_ptr + slot * ROWS + n, lse2)
-                # The count as CUTLASS's semaphores raise it: the barrier orders every thread's
-                # stores before the one thread's acq_rel atomic (a scalar atomic runs in one thread
-                # and reaches the others through shared memory and a barrier, so a last arriver's
-                # reads below follow its acquire).
-                gl.thread_barrier()
-                done = gl.atomic_add(counter_ptr + b, 1, sem="acq_rel", scope="gpu")
-                # Who merges: the programs whose whole range lies in this request (each holds one
-                # piece and has nothing else to do) share the merge, each writing slices of the
-                # output once every piece is counted; a request without such programs (two pieces)
-                # is merged by the program that counts its last piece. Programs holding other
-                # requests too never wait.
-                one_unit = num_programs >= total
-                inner = gl.where(one_unit, nparts, nparts - 2)
-                if inner == 0:
-                    if done == nparts - 1:
-                        _merge_parts(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
-                                     q_lo, q_len, first, nparts, start_b, num_programs, total, H, ROWS, WRITE_LSE)
-                        gl.store(counter_ptr + b, 0)
-                else:
-                    k = gl.where(one_unit, u_begin - start_b, pid - first - 1)
-                    mergers = gl.minimum(inner, VALUE_DIM // _merge_width(nparts))
-                    if (k >= 0) & (k < mergers):
-                        _wait_count(counter_ptr + b, nparts)
-                        _merge_share(part_o_ptr, part_lse_ptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
-                                     q_lo, q_len, first, nparts, start_b, num_programs, total, k, mergers, H, ROWS,
-                                     WRITE_LSE)
-                        gl.thread_barrier()
-                        left = gl.atomic_add(counter_ptr + batch + b, 1, sem="acq_rel", scope="gpu")
-                        if left == mergers - 1:  # every merger has seen the full count
-                            gl.store(counter_ptr + b, 0)
-                            gl.store(counter_ptr + batch + b, 0)
+            _write_request(acc, inv_l, lse2, kscale, n, dcol, row_ok, b, b_first, pid, num_programs, total, u_begin,
+                           start_b, first, nparts, q_lo, q_len, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
+                           part_o_ptr, part_lse_ptr, counter_ptr, batch, H, ROWS, WRITE_LSE)

@@ -15,7 +15,7 @@ import torch
 
 from ...formats import Fp8Cache, KVCache, Mxfp4Cache
 from ..backend import current_stream
-from .compile import SIGNATURE, KernelSpec, compile_decode
+from .compile import SIGNATURE, KernelSpec, compile_decode, staged
 
 from ..constants import FMT_FP8, FMT_MXFP4
 ROWS = 16  #: query rows per request the kernel covers (heads x query tokens)
@@ -101,35 +101,55 @@ def call_unsupported(q: torch.Tensor, out: torch.Tensor) -> str | None:
     return None
 
 
-def workspace_floats(programs: int) -> int:
-    """float32 values of the partial results a grid of ``programs`` writes (``Workspace``)."""
-    return 2 * programs * ROWS * (VALUE_DIM + 1)
+def programs_per_sm(spec: KernelSpec) -> int:
+    """Programs of ``spec``'s kernel that run on one SM at once (shared memory and registers):
+    one of two warpgroups for ``decode_tma``, two of one warpgroup for ``decode``."""
+    return 1 if staged(spec) else PROGRAMS_PER_SM
+
+
+def _scratch_floats(programs: int, scratch_per_program: int) -> int:
+    """float32 slots of ``programs`` x ``scratch_per_program`` bytes, rounded up to 256 bytes."""
+    return -(-programs * scratch_per_program // 256) * 64
+
+
+def workspace_floats(programs: int, scratch_per_program: int = 0) -> int:
+    """float32 values of the workspace of a grid of ``programs`` (``Workspace``): the partial
+    results it writes, after ``scratch_per_program`` bytes of global scratch per program (the
+    tensor descriptors ``decode_tma`` makes on the device)."""
+    return _scratch_floats(programs, scratch_per_program) + 2 * programs * ROWS * (VALUE_DIM + 1)
 
 
 class Workspace(NamedTuple):
     """Where a launch writes its partial results and counts a request's pieces, as addresses:
     part_o (2 * programs, ROWS, 512) float32, part_lse (2 * programs, ROWS) float32, counters
-    (2 * batch,) int32, zero before the first launch (every launch leaves them zero). ``tensors``:
-    what holds them (kept alive with the workspace)."""
+    (2 * batch,) int32, zero before the first launch (every launch leaves them zero), scratch
+    (the kernel's global scratch, programs x its ``global_scratch_size`` bytes; None without).
+    ``tensors``: what holds them (kept alive with the workspace)."""
 
     part_o: int
     part_lse: int
     counters: int
+    scratch: int | None
     tensors: tuple
 
     @classmethod
-    def of(cls, buffer: torch.Tensor, counters: torch.Tensor, programs: int, offset: int = 0) -> "Workspace":
-        """The partial results in ``buffer[offset:offset + workspace_floats(programs)]`` (float32,
-        16-byte aligned there) and the counts in ``counters`` (``new_counters``)."""
-        part_o = buffer.data_ptr() + 4 * offset
-        return cls(part_o, part_o + 4 * 2 * programs * ROWS * VALUE_DIM, counters.data_ptr(), (buffer, counters))
+    def of(cls, buffer: torch.Tensor, counters: torch.Tensor, programs: int, offset: int = 0,
+           scratch_per_program: int = 0) -> "Workspace":
+        """The workspace in ``buffer[offset:offset + workspace_floats(programs, scratch_per_program)]``
+        (float32, 256-byte aligned there: the scratch first) and the counts in ``counters``
+        (``new_counters``)."""
+        base = buffer.data_ptr() + 4 * offset
+        part_o = base + 4 * _scratch_floats(programs, scratch_per_program)
+        return cls(part_o, part_o + 4 * 2 * programs * ROWS * VALUE_DIM, counters.data_ptr(),
+                   base if scratch_per_program else None, (buffer, counters))
 
 
 class HopperDecoder:
     """Compiled kernel (and by default workspace) for one batch layout.
 
     batch: requests; num_heads: H; fmt: 'fp8' or 'mxfp4'; device: a CUDA device; write_lse: also
-    write the log-sum-exp; programs: size of the persistent grid (default: two per SM); paged: the
+    write the log-sum-exp; programs: size of the persistent grid (default: all that fit at once,
+    ``programs_per_sm``); paged: the
     page-table form ``launch`` gets (0 none, 1 block table, 2 CSR); allocate: make its own
     ``workspace`` (otherwise every launch is given one).
     ``launch(...)`` writes ``out`` (and ``lse``).
@@ -143,14 +163,24 @@ class HopperDecoder:
         # With its index: the launch asks for the current stream of exactly this device.
         self.device = device if device.type != "cuda" or device.index is not None else \
             torch.device("cuda", torch.cuda.current_device())
-        self.programs = programs or PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
-        self.spec = KernelSpec(H=self.num_heads, ROWS=ROWS, FORMAT=self.format, BLOCK_B=_block_b(self.batch),
-                               C0=REQUEST_COST_TILES, WRITE_LSE=bool(write_lse), PAGED=int(paged))
+        self.spec = self.spec_of(self.batch, fmt, paged, self.num_heads, write_lse)
+        self.programs = programs or programs_per_sm(self.spec) * torch.cuda.get_device_properties(
+            device).multi_processor_count
         self.kernel = compile_decode(self.spec)
+        #: Bytes of global scratch per program the kernel takes from the workspace.
+        self.scratch_per_program = _scratch_of(self.kernel)
         self._dummy_scale = _unit_scale(self.device)
-        self.workspace = Workspace.of(torch.empty(workspace_floats(self.programs), dtype=torch.float32,
-                                                  device=self.device),
-                                      new_counters(self.batch, self.device), self.programs) if allocate else None
+        self.workspace = Workspace.of(
+            torch.empty(workspace_floats(self.programs, self.scratch_per_program), dtype=torch.float32,
+                        device=self.device),
+            new_counters(self.batch, self.device), self.programs, 0, self.scratch_per_program) if allocate else None
+
+    @staticmethod
+    def spec_of(batch: int, fmt: str, paged: int = 0, num_heads: int = 16, write_lse: bool = True) -> KernelSpec:
+        """The kernel specialization a decoder of these parameters compiles."""
+        return KernelSpec(H=int(num_heads), ROWS=ROWS, FORMAT={"fp8": FMT_FP8.value, "mxfp4": FMT_MXFP4.value}[fmt],
+                          BLOCK_B=_block_b(int(batch)), C0=REQUEST_COST_TILES, WRITE_LSE=bool(write_lse),
+                          PAGED=int(paged))
 
     def arguments(self, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor,
                   out: torch.Tensor, lse: torch.Tensor | None, sm_scale: float, table: torch.Tensor | None = None,
@@ -189,6 +219,9 @@ class HopperDecoder:
         """A function of a CUDA stream handle that launches the kernel on ``launch``'s inputs
         (``arguments``) on that stream."""
         fn, head = _binding(self.kernel)
+        if self.scratch_per_program:  # the launcher's global scratch argument: the workspace's
+            work = kwargs.get("workspace") or self.workspace
+            head = head[:_SCRATCH_AT] + (work.scratch, ) + head[_SCRATCH_AT + 1:]
         rest = head + self.arguments(*args, **kwargs)
         grid = self.programs
 
@@ -225,8 +258,22 @@ def _unit_scale(device: torch.device) -> torch.Tensor:
     return torch.ones(1, dtype=torch.float32, device=device)
 
 
+def _scratch_of(kernel) -> int:
+    """Bytes of global scratch per program a compiled kernel takes (Triton's metadata)."""
+    return int(getattr(getattr(kernel, "metadata", None), "global_scratch_size", 0) or 0)
+
+
+#: Where the launcher's global scratch pointer is in ``_binding``'s head (after the function and the
+#: cooperative and dependent-launch flags).
+_SCRATCH_AT = 3
+
+
 @functools.lru_cache(maxsize=None)
 def _binding(kernel) -> tuple:
     from ..triton.launch import launcher_binding
 
-    return launcher_binding(kernel)
+    fn, head = launcher_binding(kernel, own_scratch=True)
+    if _scratch_of(kernel) and fn is kernel.run:
+        raise RuntimeError("the installed Triton's kernel launcher is not the one mixmla knows, so the Hopper fp8 "
+                           "kernel cannot be given its global scratch; use backend='triton'")
+    return fn, head

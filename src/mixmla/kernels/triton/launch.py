@@ -286,14 +286,16 @@ def launcher_call_is_known(cls: type) -> bool:
     return "".join(source.split()) == _KNOWN_LAUNCHER_CALL
 
 
-def launcher_binding(kernel: CompiledKernel) -> tuple:
+def launcher_binding(kernel: CompiledKernel, own_scratch: bool = False) -> tuple:
     """``(fn, head)``: what ``bound_launch`` binds of a compiled kernel whatever its arguments, the
     launcher function and the arguments it takes before the kernel's own (none a tensor). Where
     the launcher's ``__call__`` is a known one with no scratch to allocate, ``fn`` is the compiled
-    launch function under it."""
+    launch function under it; with ``own_scratch`` the caller puts its own global scratch address
+    into ``head`` (index 3, None here), so a kernel that needs global scratch is bound that way too."""
     runner = kernel.run
     tail = (kernel.packed_metadata, None, None, None)
-    direct = (launcher_call_is_known(type(runner)) and getattr(runner, "global_scratch_size", 1) == 0
+    direct = (launcher_call_is_known(type(runner))
+              and (own_scratch or getattr(runner, "global_scratch_size", 1) == 0)
               and getattr(runner, "profile_scratch_size", 1) == 0)
     if direct:
         return runner.launch, (kernel.function, runner.launch_cooperative_grid, runner.launch_pdl, None, None) + tail
