@@ -66,6 +66,16 @@ def compile_in_child(script: str, cases: list) -> list[dict]:
     return rows
 
 
+@pytest.fixture(autouse=True)
+def _no_remembered_call():
+    """Every test starts with no remembered ``mla_decode`` or ``plan`` call (``api._LAST_DECODE``,
+    ``api._LAST_PLAN``), so that one whose tensors happen to reuse an earlier test's addresses
+    still runs, and counts, its own checks and plans."""
+    from mixmla import api
+
+    api._LAST_DECODE = api._LAST_PLAN = None
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

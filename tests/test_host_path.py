@@ -254,3 +254,163 @@ def test_plans_of_known_chunk_counts_keep_their_own_scale_and_lengths(monkeypatc
     d2 = mixmla.plan(indptr([3, 5, 2]), num_heads=H, sm_scale=0.02)
     assert d1.schedule.direct and d2.schedule.direct
     assert d1._plan.constants.sm_scale == d1.sm_scale and d2._plan.constants.sm_scale == 0.02
+
+
+def _count(monkeypatch, module, name) -> list:
+    """Calls of ``module.name`` from now on, one entry each."""
+    calls, real = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def _assert_decodes(got, q, cache, kv, qo=None, lse=None):
+    ref, ref_lse = mla_decode_reference(q, cache, kv, indptr([1] * (kv.shape[0] - 1)) if qo is None else qo)
+    result = check_strict(got, ref)
+    assert result, result.message
+    if lse is not None:
+        assert torch.allclose(lse, ref_lse.float(), rtol=1e-4, atol=1e-4)
+
+
+def test_repeated_one_call_decodes_read_the_values_and_skip_the_other_checks(monkeypatch):
+    q, cache = _batch(seed=8)
+    kv = indptr(KV_LENS)
+    checks = _count(monkeypatch, validate, "check_decode_inputs")
+    reads = _count(monkeypatch, validate, "_host_values")
+    first = mixmla.mla_decode(q, cache, kv)
+    again = [mixmla.mla_decode(q, cache, kv) for _ in range(2)]
+    assert len(checks) == 1 and len(reads) == 3  # every call reads the values, once
+    for out in again:
+        assert torch.equal(out, first) and out.data_ptr() != first.data_ptr()
+    _assert_decodes(first, q, cache, kv)
+
+
+@pytest.mark.parametrize("with_qo", [False, True])
+def test_indptr_values_changed_in_place_are_checked_and_decoded(with_qo, monkeypatch):
+    q, cache = _batch(seed=9)
+    kv = indptr(KV_LENS, dtype=torch.int64)
+    qo = indptr([1, 1, 1]) if with_qo else None
+    reads = _count(monkeypatch, validate, "_host_values")
+    mixmla.mla_decode(q, cache, kv, qo)
+    kv.copy_(indptr([100, 3, 100], dtype=torch.int64))  # other valid lengths, the same tensor
+    _assert_decodes(mixmla.mla_decode(q, cache, kv, qo), q, cache, kv, qo)
+    assert len(reads) == 2  # a changed value is checked from the read that found it
+    for bad, message in (([0, 70, 69, 203], "must be non-decreasing"), ([0, 70, 70, 204], "beyond the cache's 203")):
+        kv.copy_(torch.tensor(bad))
+        with pytest.raises(ValueError, match=message):
+            mixmla.mla_decode(q, cache, kv, qo)
+        with pytest.raises(ValueError, match=message):  # and again: nothing of a failed call is kept
+            mixmla.mla_decode(q, cache, kv, qo)
+    kv.copy_(indptr(KV_LENS, dtype=torch.int64))
+    _assert_decodes(mixmla.mla_decode(q, cache, kv, qo), q, cache, kv, qo)
+    if with_qo:
+        qo.copy_(indptr([2, 1, 0]))  # two query tokens for the first request
+        out, lse = mixmla.mla_decode(q, cache, kv, qo, return_lse=True)
+        _assert_decodes(out, q, cache, kv, qo, lse)
+        mixmla.mla_decode(q, cache, kv, qo, return_lse=True)
+        qo.copy_(indptr([2, 1, 1]))
+        with pytest.raises(ValueError, match="must end at total_q"):
+            mixmla.mla_decode(q, cache, kv, qo, return_lse=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_an_fp8_scale_changed_in_place_is_read_and_checked(dtype):
+    """The scale's value is read on every call, also where the container converts it (float64 to
+    float32: a copy each call)."""
+    q, fp8 = _batch("fp8", seed=10)
+    kv = indptr(KV_LENS)
+    scale = fp8.scale.to(dtype)
+    cache = (fp8.data, scale)
+    first = mixmla.mla_decode(q, cache, kv)
+    assert torch.equal(mixmla.mla_decode(q, cache, kv), first)
+    scale.mul_(2)
+    got = mixmla.mla_decode(q, cache, kv)
+    assert not torch.equal(got, first)
+    _assert_decodes(got, q, cache, kv)
+    _assert_decodes(mixmla.mla_decode(q, cache, kv), q, cache, kv)
+    for bad in (0.0, float("nan"), float("inf"), -1.0):
+        scale.fill_(bad)
+        with pytest.raises(ValueError, match="fp8 scale must be finite and > 0"):
+            mixmla.mla_decode(q, cache, kv)
+
+
+def test_other_arguments_run_every_check(monkeypatch):
+    q, cache = _batch(seed=11)
+    kv = indptr(KV_LENS)
+    checks = _count(monkeypatch, validate, "check_decode_inputs")
+    first = mixmla.mla_decode(q, cache, kv)
+    out = poisoned_out(q.shape[0], H)
+    calls = [lambda: mixmla.mla_decode(q, cache, kv, out=out),
+             lambda: mixmla.mla_decode(q, cache, kv, out=poisoned_out(q.shape[0], H)),
+             lambda: mixmla.mla_decode(q, cache, kv, return_lse=True),
+             lambda: mixmla.mla_decode(q.clone(), cache, kv),
+             lambda: mixmla.mla_decode(q, cache, kv, indptr([1, 1, 1])),
+             lambda: mixmla.mla_decode(q, cache, kv, sm_scale=0.05),
+             lambda: mixmla.mla_decode(q, cache.data, kv),  # the same tensor, another form
+             lambda: mixmla.mla_decode(q, cache, kv, backend="triton")]
+    for i, call in enumerate(calls):
+        result = call()
+        assert len(checks) == i + 2, i
+        got = result[0] if isinstance(result, tuple) else result
+        if i != 5:
+            assert torch.equal(got, first), i
+    assert torch.equal(out, first)
+    mixmla.mla_decode(q, cache, kv, backend="triton")  # the last call, again: no checks
+    assert len(checks) == len(calls) + 1
+    # An out that overlaps the cache is rejected, however like the last call the others are.
+    with pytest.raises(ValueError, match="shares memory"):
+        mixmla.mla_decode(q, cache, kv, out=cache.data.reshape(-1)[:q.shape[0] * H * 512].view(q.shape[0], H, 512),
+                          backend="triton")
+
+
+def test_a_repeated_one_call_decode_takes_the_workspace_of_the_current_stream(monkeypatch):
+    q, _ = _batch(seed=12)
+    cache = quantize(torch.randn(1000, 576, device=DEVICE), "bf16")
+    kv = indptr([300, 0, 700])  # several chunks: a workspace
+    first = mixmla.mla_decode(q, cache, kv)
+    device = q.device
+    entry = api._LAST_DECODE[2]
+    assert not entry.template.schedule.direct
+    checks = _count(monkeypatch, validate, "check_decode_inputs")
+    stream = api.current_stream(device)
+    monkeypatch.setattr(api, "current_stream", lambda d: ("another stream", stream))
+    assert torch.equal(mixmla.mla_decode(q, cache, kv), first)
+    assert len(checks) == 0
+    assert entry.one_call[0] is api._ONE_CALL_WORKSPACE[device, ("another stream", stream)]
+
+
+def test_repeated_plans_read_the_values_and_own_their_buffers(monkeypatch):
+    q, cache = _batch(seed=13)
+    kv = indptr(KV_LENS)
+    checks = _count(monkeypatch, validate, "check_plan_inputs")
+    reads = _count(monkeypatch, validate, "_host_values")
+    a, b = mixmla.plan(kv, num_heads=H), mixmla.plan(kv, num_heads=H)
+    assert len(checks) == 1 and len(reads) == 2
+    assert a.schedule is b.schedule and a._plan is not b._plan and a.out.data_ptr() != b.out.data_ptr()
+    assert (a.total_kv, a.total_q, a.batch, a.max_q_len, a.sm_scale, a.backend) == \
+        (b.total_kv, b.total_q, b.batch, b.max_q_len, b.sm_scale, b.backend)
+    assert b.kv_indptr is kv
+    out_a = a.run(q, cache, out=poisoned_out(q.shape[0], H))
+    assert torch.equal(b.run(q, cache, out=poisoned_out(q.shape[0], H)), out_a)
+    _assert_decodes(out_a, q, cache, kv)
+    kv.copy_(indptr([100, 3, 100]))
+    c = mixmla.plan(kv, num_heads=H)
+    assert len(checks) == 2 and len(reads) == 3 and c.total_kv == 203 and c.schedule is not a.schedule
+    _assert_decodes(c.run(q, cache), q, cache, kv)
+    kv.copy_(torch.tensor([0, 70, 69, 203]))
+    with pytest.raises(ValueError, match="must be non-decreasing"):
+        mixmla.plan(kv, num_heads=H)
+    kv.copy_(torch.tensor([1, 70, 70, 203]))
+    with pytest.raises(ValueError, match="must start at 0"):
+        mixmla.plan(kv, num_heads=H)
+    # Other arguments, or a qo_indptr changed in place, run every check.
+    kv.copy_(indptr(KV_LENS))
+    qo = indptr([1, 1, 1])
+    mixmla.plan(kv, qo, num_heads=H)
+    mixmla.plan(kv, qo, num_heads=H, sm_scale=0.05)
+    mixmla.plan(kv, qo, num_heads=32)
+    assert len(checks) == 7
+    qo.copy_(indptr([2, 1, 0]))
+    assert mixmla.plan(kv, qo, num_heads=32).max_q_len == 2
+    qo.copy_(torch.tensor([0, 2, 1, 3]))
+    with pytest.raises(ValueError, match="qo_indptr must be non-decreasing"):
+        mixmla.plan(kv, qo, num_heads=32)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from . import validate
-from .formats import FORMATS, VALUE_DIM, Bf16Cache, Fp8Cache, Mxfp4Cache
+from .formats import FORMATS, VALUE_DIM, Bf16Cache, Fp8Cache, Mxfp4Cache, as_cache
 from .formats.paged import PagedCache
 from .graphs import GraphCache, tensor_signature
 from .kernels.backend import Layout, current_stream, get_backend
@@ -41,14 +41,31 @@ class DecodePlan:
     def __init__(self, kv_indptr, qo_indptr=None, num_heads: int = 16, fmt: str = "bf16",
                  sm_scale: float | None = None, device=None, config=None, backend: str = "auto",
                  _checked: validate.DecodeInputs | None = None):
+        global _LAST_PLAN
+        identity = planned = None
         if _checked is None:
-            kv_ptr, qo_ptr, scale = validate.check_plan_inputs(kv_indptr, qo_indptr, num_heads, fmt, sm_scale,
-                                                               device)
+            identity = _plan_identity(kv_indptr, qo_indptr, num_heads, fmt, sm_scale, device, config, backend)
+            last = _LAST_PLAN
+            host = None
+            if identity is not None and last is not None and last[0] == identity:
+                # The indptrs of the last plan that passed every check, in the same layouts: only
+                # their values can differ, and where they do not, neither do the checks or the layout.
+                host = validate._host_values([kv_indptr] if qo_indptr is None else [kv_indptr, qo_indptr])
+                if _value_bytes(host) == last[1] and get_backend(backend, last[2].layout, config) is last[2].backend:
+                    planned, scale = last[2], last[3]
+                    kv_ptr = host[0]
+                    qo_ptr = np.arange(kv_ptr.shape[0], dtype=np.int64) if qo_indptr is None else host[1]
+            if planned is None:
+                kv_ptr, qo_ptr, scale = validate.check_plan_inputs(kv_indptr, qo_indptr, num_heads, fmt, sm_scale,
+                                                                   device, host=host)
         else:  # custom_kernel already checked everything and read the indptrs: don't read them twice
             kv_ptr, qo_ptr, scale = _checked.kv_ptr, _checked.qo_ptr, _checked.sm_scale
         kv_host, qo_host = kv_ptr, qo_ptr  # int64 numpy arrays
-        self._setup(device if device is not None else kv_indptr.device, kv_host, qo_host, num_heads, fmt, scale,
-                    config, backend)
+        entry = self._setup(device if device is not None else kv_indptr.device, kv_host, qo_host, num_heads, fmt,
+                            scale, config, backend, planned=planned)
+        if identity is not None and planned is None:
+            read = [kv_host] if qo_indptr is None else [kv_host, qo_host]
+            _LAST_PLAN = (identity, _value_bytes(read), entry, scale)
         self.total_kv = int(kv_host[-1])
         # The indptrs are kept by reference when already int32 on the device, so that in-place
         # updates between graph replays are seen.
@@ -56,18 +73,20 @@ class DecodePlan:
         self.qo_indptr = self._device_int32(qo_indptr, qo_host)
 
     def _setup(self, device, kv_host: np.ndarray, qo_host: np.ndarray, num_heads: int, fmt: str, scale: float,
-               config, backend: str, page_size: int = 0) -> None:
+               config, backend: str, page_size: int = 0, planned: "_Planned | None" = None) -> "_Planned":
         """What every plan does once its inputs are checked: the backend's plan of the layout
         (kv_host: (batch+1,) kv_indptr values, or with page_size > 0 (a paged layout) the (batch,)
         cached-token counts; qo_host (batch+1,); int64 host values; page_size 0 for the contiguous
-        layout) and the buffers (``_allocate``)."""
+        layout) and the buffers (``_allocate``). planned: the layout's ``_Planned`` when the caller
+        has it (``_planned`` otherwise); returned."""
         self.device = _plan_device(device)
         self.num_heads = int(num_heads)
         self.fmt = fmt
         self.sm_scale = scale
         self.batch = qo_host.shape[0] - 1
         self.total_q = int(qo_host[-1])
-        planned = _planned(self.device, self.num_heads, fmt, scale, kv_host, qo_host, page_size, config, backend)
+        if planned is None:
+            planned = _planned(self.device, self.num_heads, fmt, scale, kv_host, qo_host, page_size, config, backend)
         self.max_q_len = planned.layout.max_q_len
         chosen = planned.backend
         self.backend = chosen.name
@@ -75,6 +94,7 @@ class DecodePlan:
         self._plan = planned.take()
         self._memo = None
         self._allocate()
+        return planned
 
     def _allocate(self) -> None:
         """The output buffers and the backend's workspace: a plan owns all three, in one
@@ -204,7 +224,21 @@ def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch
     Returns out (a new tensor unless given) and, with ``return_lse``, lse (total_q, H) float32
     natural log.
     """
-    checked = validate.check_decode_inputs(q, cache, kv_indptr, qo_indptr, sm_scale, out)
+    global _LAST_DECODE
+    identity = _decode_identity(q, cache, kv_indptr, qo_indptr, sm_scale, out, return_lse, config, backend)
+    last = _LAST_DECODE
+    host = None
+    if identity is not None and last is not None and last[0] == identity:
+        # The tensors of the last call that passed every check, in the same layouts: the checks of
+        # their metadata pass again, and where the values they read are the same, so does the rest.
+        kv_cache = as_cache(cache)
+        host = validate.call_values(kv_indptr, qo_indptr, kv_cache)
+        planned, chosen = last[2], last[3]
+        if _value_bytes(host) == last[1] and get_backend(chosen, planned.layout, config) is planned.backend:
+            device = _plan_device(q.device)
+            return _one_call(planned.for_one_call(device), device, q, kv_cache, kv_indptr, qo_indptr, host[0],
+                             None if qo_indptr is None else host[1], out, return_lse)
+    checked = validate.check_decode_inputs(q, cache, kv_indptr, qo_indptr, sm_scale, out, host=host)
     if backend == "auto" and out is not None and out.dtype == torch.float32:
         backend = "triton"  # the backend whose kernels write float32
     # No DecodePlan: the backend's plan of the layout, with the one-call workspace, serves every
@@ -213,12 +247,62 @@ def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch
     planned = _planned(device, checked.num_heads, checked.cache.format, checked.sm_scale, checked.kv_ptr,
                        checked.qo_ptr, 0, config, backend)
     ready = _one_call_plan(planned, device, out)
-    out, lse = _one_call_results(checked.total_q, checked.num_heads, device, out, return_lse)
+    result = _one_call(ready, device, q, checked.cache, kv_indptr, qo_indptr, checked.kv_ptr, checked.qo_ptr, out,
+                       return_lse)
+    if identity is not None:
+        _LAST_DECODE = (identity, _value_bytes(checked.values), planned, backend)
+    return result
+
+
+#: The last ``mla_decode`` call that ran every check: ``(_decode_identity, _value_bytes of what the
+#: value checks read, its _Planned, the backend name it planned with)``; and of ``DecodePlan``:
+#: ``(_plan_identity, _value_bytes, _Planned, sm_scale)``. Each one tuple, replaced whole, so that
+#: a thread never pairs one call's values with another's layout.
+_LAST_DECODE = None
+_LAST_PLAN = None
+
+
+def _decode_identity(q, cache, kv_indptr, qo_indptr, sm_scale, out, return_lse, config, backend) -> tuple | None:
+    """What the checks and the plan of an ``mla_decode`` call depend on besides the values they
+    read: ``_call_identity`` of its tensors and the other arguments; None where an argument is
+    of a type whose equality could hide a difference (the call then runs every check)."""
+    if not (sm_scale is None or type(sm_scale) is float) or type(return_lse) is not bool:
+        return None
+    tensors = _call_identity(q, cache, kv_indptr, qo_indptr, out)
+    return None if tensors is None else (tensors, sm_scale, return_lse, type(config), config, backend)
+
+
+def _plan_identity(kv_indptr, qo_indptr, num_heads, fmt, sm_scale, device, config, backend) -> tuple | None:
+    """``_decode_identity`` for ``plan``'s arguments. A device the plan would resolve against the
+    current CUDA device (no index) gets none."""
+    if type(kv_indptr) is not _TENSOR or not (qo_indptr is None or type(qo_indptr) is _TENSOR) or \
+            type(num_heads) is not int or type(fmt) is not str or not (sm_scale is None or type(sm_scale) is float):
+        return None
+    if device is not None and (type(device) is not torch.device or (device.type == "cuda" and device.index is None)):
+        return None
+    try:
+        qo = None if qo_indptr is None else _identity(qo_indptr)
+        return _identity(kv_indptr), qo, num_heads, fmt, sm_scale, device, type(config), config, backend
+    except RuntimeError:  # a tensor without storage
+        return None
+
+
+def _value_bytes(values: list) -> tuple:
+    return tuple([v.tobytes() for v in values])
+
+
+def _one_call(ready, device: torch.device, q: torch.Tensor, cache, kv_indptr: torch.Tensor,
+              qo_indptr: torch.Tensor | None, kv_host: np.ndarray, qo_host: np.ndarray | None, out: torch.Tensor | None,
+              return_lse: bool):
+    """A checked one-call decode launched on ``ready`` (``_one_call_plan``): cache a container,
+    kv_host, qo_host the indptrs' host values (qo_host unused when qo_indptr is None); returns
+    what ``mla_decode`` returns."""
+    out, lse = _one_call_results(q.shape[0], q.shape[1], device, out, return_lse)
     dtypes = ready.indptr_dtypes
-    kv = _readable(kv_indptr, checked.kv_ptr, device, dtypes)
-    qo = _request_range(device, checked.batch) if qo_indptr is None else \
-        _readable(qo_indptr, checked.qo_ptr, device, dtypes)
-    ready.run(q, checked.cache, kv, qo, out, lse)
+    kv = _readable(kv_indptr, kv_host, device, dtypes)
+    qo = _request_range(device, kv_indptr.shape[0] - 1) if qo_indptr is None else \
+        _readable(qo_indptr, qo_host, device, dtypes)
+    ready.run(q, cache, kv, qo, out, lse)
     return (out, lse) if return_lse else out
 
 

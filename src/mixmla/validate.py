@@ -53,6 +53,7 @@ __all__ = [
     "check_decode_inputs",
     "check_run_inputs",
     "check_run_values",
+    "call_values",
     "check_indptr",
     "check_plan_inputs",
     "check_cache",
@@ -74,6 +75,7 @@ class DecodeInputs:
     sm_scale: the softmax scale as a Python float (1/sqrt(576) when the caller gave None).
     kv_ptr, qo_ptr: host copies (int64 numpy arrays, length batch+1) of the indptrs when the
     values were checked, else None. ``qo_ptr`` is ``[0, 1, ..., batch]`` when ``qo_indptr`` is None.
+    values: what the value checks read (``call_values``), else None.
     """
 
     cache: object
@@ -83,6 +85,7 @@ class DecodeInputs:
     sm_scale: float
     kv_ptr: Optional[np.ndarray]
     qo_ptr: Optional[np.ndarray]
+    values: Optional[list] = None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -422,17 +425,25 @@ def _check_indptr_values(name: str, vals: np.ndarray, max_last=None, last=None, 
     return vals
 
 
-def _check_call_values(kv_indptr: torch.Tensor, qo_indptr: Optional[torch.Tensor], kv_cache, total_q: int,
-                       max_q_len: Optional[int]) -> tuple:
-    """The value rules of one call, from one host transfer of the indptrs and the fp8 scale:
-    kv_indptr within the cache, qo_indptr ending at ``total_q`` (``[0, 1, .., batch]`` when None)
-    with at most ``max_q_len`` query tokens per request, the fp8 scale finite and > 0.
-    Returns ``(kv_ptr, qo_ptr)`` as int64 numpy arrays."""
-    tensors = [kv_indptr] + ([qo_indptr] if qo_indptr is not None else [])
-    fp8 = isinstance(kv_cache, Fp8Cache)
-    if fp8:
+def call_values(kv_indptr: torch.Tensor, qo_indptr: Optional[torch.Tensor], kv_cache) -> list:
+    """The host values the value checks of one call read, in one transfer: kv_indptr, qo_indptr
+    (when not None) and the scale of an fp8 ``kv_cache`` (a container), as ``_host_values``
+    returns them (int64 and float32 numpy arrays)."""
+    tensors = [kv_indptr] if qo_indptr is None else [kv_indptr, qo_indptr]
+    if isinstance(kv_cache, Fp8Cache):
         tensors.append(kv_cache.scale)
-    host = _host_values(tensors)
+    return _host_values(tensors)
+
+
+def _check_call_values(kv_indptr: torch.Tensor, qo_indptr: Optional[torch.Tensor], kv_cache, total_q: int,
+                       max_q_len: Optional[int], host: Optional[list] = None) -> tuple:
+    """The value rules of one call, on ``host`` (``call_values``, read here when None): kv_indptr
+    within the cache, qo_indptr ending at ``total_q`` (``[0, 1, .., batch]`` when None) with at
+    most ``max_q_len`` query tokens per request, the fp8 scale finite and > 0.
+    Returns ``(kv_ptr, qo_ptr)`` as int64 numpy arrays."""
+    if host is None:
+        host = call_values(kv_indptr, qo_indptr, kv_cache)
+    fp8 = isinstance(kv_cache, Fp8Cache)
     kv_ptr = _check_indptr_values("kv_indptr", host[0], max_last=kv_cache.num_tokens)
     if qo_indptr is not None:
         qo_ptr = _check_indptr_values("qo_indptr", host[1], last=total_q, max_len=max_q_len)
@@ -460,6 +471,7 @@ def check_decode_inputs(
     *,
     check_values: bool = True,
     max_q_len: Optional[int] = None,
+    host: Optional[list] = None,
 ) -> DecodeInputs:
     """All checks for ``mla_decode``; raises before anything is launched.
 
@@ -470,6 +482,7 @@ def check_decode_inputs(
     on q's device.
     num_heads_supported: allowed H. check_values: also check the indptr values and the fp8 scale
     value (one host transfer; a sync on a GPU). max_q_len: optional limit on rows per request in q.
+    host: those values already read (``call_values`` of these tensors), checked instead of read again.
 
     ``Lq > Lk`` is allowed: queries that see no cache row give zeros (docs/SPEC.md).
     Returns ``DecodeInputs`` (the wrapped cache and host copies of the indptrs when checked).
@@ -492,8 +505,10 @@ def check_decode_inputs(
 
     kv_ptr = qo_ptr = None
     if check_values:
-        kv_ptr, qo_ptr = _check_call_values(kv_indptr, qo_indptr, kv_cache, total_q, max_q_len)
-    return DecodeInputs(kv_cache, batch, total_q, num_heads, scale, kv_ptr, qo_ptr)
+        if host is None:
+            host = call_values(kv_indptr, qo_indptr, kv_cache)
+        kv_ptr, qo_ptr = _check_call_values(kv_indptr, qo_indptr, kv_cache, total_q, max_q_len, host)
+    return DecodeInputs(kv_cache, batch, total_q, num_heads, scale, kv_ptr, qo_ptr, host if check_values else None)
 
 
 def check_plan_inputs(
@@ -506,10 +521,13 @@ def check_plan_inputs(
     num_heads_supported: Sequence[int] = SUPPORTED_NUM_HEADS,
     *,
     max_q_len: Optional[int] = None,
+    host: Optional[list] = None,
 ) -> tuple:
     """All checks for ``plan`` (which may synchronise): indptrs structure and values, head count,
     format name, softmax scale, device. The indptrs may live on any device (the plan copies them);
-    they must share one device with each other.
+    they must share one device with each other. host: the indptrs' values already read
+    (``_host_values([kv_indptr, qo_indptr])``, without qo_indptr when None), checked instead of
+    read again.
 
     Returns ``(kv_ptr, qo_ptr, sm_scale)``: host int64 numpy arrays (``qo_ptr = [0..batch]`` when
     ``qo_indptr`` is None) and the scale as a float. The cache size is unknown here, so
@@ -531,9 +549,8 @@ def check_plan_inputs(
         check_indptr("qo_indptr", qo_indptr, batch=batch, check_values=False)
         if qo_indptr.device != kv_indptr.device:
             raise ValueError(f"qo_indptr is on {qo_indptr.device} but kv_indptr is on {kv_indptr.device}")
-        host = _host_values([kv_indptr, qo_indptr])
-    else:
-        host = _host_values([kv_indptr])
+    if host is None:
+        host = _host_values([kv_indptr] if qo_indptr is None else [kv_indptr, qo_indptr])
     kv_ptr = _check_indptr_values("kv_indptr", host[0])
     if qo_indptr is not None:
         qo_ptr = _check_indptr_values("qo_indptr", host[1], max_len=max_q_len)
