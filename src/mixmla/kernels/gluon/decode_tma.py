@@ -50,8 +50,8 @@ SCRATCH_PER_PROGRAM = 512
 #: Named barriers (of the 16 an SM has; Triton's own partitions take the lowest) that both
 #: warpgroups pass once per request: the query is staged (and the previous handoff read), and
 #: warpgroup 1's half is in the handoff buffers.
-Q_READY = gl.constexpr("bar.sync 8, 256; mov.u32 $0, 0;")
-HANDOFF = gl.constexpr("bar.sync 9, 256; mov.u32 $0, 0;")
+Q_READY = gl.constexpr("barrier.sync 8, 256; mov.u32 $0, 0;")
+HANDOFF = gl.constexpr("barrier.sync 9, 256; mov.u32 $0, 0;")
 
 
 @gluon.jit
