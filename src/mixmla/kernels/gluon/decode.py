@@ -148,6 +148,19 @@ def _load_query(q_ptr, stride_qt, stride_qh, q_lo, q_len, H: gl.constexpr, ROWS:
 
 
 @gluon.jit
+def _query_multiplier(chunks, ROWS: gl.constexpr):
+    """The power of two per query row (ROWS,) float32 (``SliceLayout(1, ...)`` of the chunks'
+    layout) that puts the row's largest magnitude in [2**14, 2**15): what an fp8 cache's query is
+    scaled by before its rounding to f16 (``_stage_query``)."""
+    rows_l: gl.constexpr = gl.SliceLayout(1, chunks[0].type.layout)
+    amax = gl.zeros([ROWS], gl.float32, rows_l)
+    for c in gl.static_range(NUM_CHUNKS):
+        amax = gl.maximum(amax, gl.max(gl.abs(chunks[c].to(gl.float32)), axis=1))
+    exponent = gl.maximum((amax.to(gl.int32, bitcast=True) >> 23) & 0xFF, 15)
+    return ((268 - exponent) << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
 def _stage_query(FORMAT: gl.constexpr, q_smem, chunks, ROWS: gl.constexpr):
     """Writes ``_load_query``'s chunks into ``q_smem`` (NUM_CHUNKS, ROWS, CHUNK). fp8 caches compute
     in f16: each row is scaled by a power of two that puts its largest magnitude in [2**14, 2**15)
@@ -155,11 +168,7 @@ def _stage_query(FORMAT: gl.constexpr, q_smem, chunks, ROWS: gl.constexpr):
     float32."""
     rows_l: gl.constexpr = gl.SliceLayout(1, chunks[0].type.layout)
     if FORMAT == FMT_FP8:
-        amax = gl.zeros([ROWS], gl.float32, rows_l)
-        for c in gl.static_range(NUM_CHUNKS):
-            amax = gl.maximum(amax, gl.max(gl.abs(chunks[c].to(gl.float32)), axis=1))
-        exponent = gl.maximum((amax.to(gl.int32, bitcast=True) >> 23) & 0xFF, 15)
-        mult = ((268 - exponent) << 23).to(gl.float32, bitcast=True)
+        mult = _query_multiplier(chunks, ROWS)
         for c in gl.static_range(NUM_CHUNKS):
             q_smem.index(c).store((chunks[c].to(gl.float32) * mult[:, None]).to(gl.float16))
     else:

@@ -12,8 +12,8 @@ What differs is where a tile's bytes come from and who holds the query:
   soon as the current tile's chunks of that copy are read, and a chunk's words are read from shared
   memory while the previous chunk decodes. Register loads would wait behind the tile's
   shared-memory traffic in the load/store pipeline; an L2 prefetch would slow the copies.
-- The query is staged once per request, by warpgroup 0, for both (the row multipliers of
-  ``_stage_query`` with it), which is what leaves room for the raw tiles: one query buffer, two
+- The query is staged once per request, by warpgroup 0, for both (warpgroup 1 computes the rows'
+  multipliers of ``_stage_query`` from the same rows), which is what leaves room for the raw tiles: one query buffer, two
   value tiles, two raw tiles in 223 KB.
 - At the end of a request piece, warpgroup 1 hands its half's maximum, sum and accumulators to
   warpgroup 0 through its own value buffers; warpgroup 0 merges the halves in a fixed order and
@@ -34,8 +34,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from ..constants import FMT_FP8, LOG2E
 from . import fp8
-from .decode import (_finish, _load_query, _opaque_zero, _piece_tiles, _program_units, _request_bounds,
-                     _stage_query, _tile_max, _write_request)
+from .decode import (_finish, _load_query, _opaque_zero, _piece_tiles, _program_units, _query_multiplier,
+                     _request_bounds, _stage_query, _tile_max, _write_request)
 from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_column, chunk_word_layout, p_layout, q_layout,
                       score_layout, to_key_operand, v_layout)
 
@@ -102,13 +102,13 @@ def _issue_group(desc4, desc1, bars, raw8, raw1, g: gl.constexpr, row0, live):
 @gluon.jit
 def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, fp8_scale_ptr, kv_indptr, qo_indptr,
           out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale,
-          q_smem, qm_smem, ml_smem, hand_bufs, v_bufs, p_all, red_smem, raw8, raw1, tma_bars,
+          q_smem, ml_smem, hand_bufs, v_bufs, p_all, red_smem, raw8, raw1, tma_bars,
           H: gl.constexpr, ROWS: gl.constexpr, BLOCK_B: gl.constexpr, C0: gl.constexpr, WRITE_LSE: gl.constexpr):
     """Warpgroup ``WG`` of a program (0: the default partition, which stages the query and writes;
     1: the worker): ``decode``'s request walk over its half of each piece's tiles. Its own shared
     buffers: ``v_bufs``, ``p_all``, ``red_smem``, ``raw8`` / ``raw1`` (the staged tile: chunks 0-7,
-    chunk 8) and ``tma_bars``; shared by both: the query (``q_smem``, row multipliers ``qm_smem``),
-    and the handoff (``ml_smem``: maximum and sum; ``hand_bufs``: warpgroup 1's
+    chunk 8) and ``tma_bars``; shared by both: the query (``q_smem``, staged by warpgroup 0; each
+    computes the rows' multipliers from the query itself) and the handoff (``ml_smem``: maximum and sum; ``hand_bufs``: warpgroup 1's
     value buffers)."""
     acc_l: gl.constexpr = score_layout(ROWS)
     pid = gl.program_id(0)
@@ -145,14 +145,17 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, fp8_
                 my_end = t_end
             for g in gl.static_range(3):
                 _issue_group(desc4, desc1, tma_bars, raw8, raw1, g, first_row + my_begin * TILE, my_begin < my_end)
+            q_rows = _load_query(q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
             if WG == 0:
-                # Warpgroup 1 no longer reads the query: its previous handoff was read at the
-                # previous request's end, after its last products.
-                q_rows = _load_query(q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
+                # Warpgroup 1 no longer reads the query buffer: its previous handoff was read at
+                # the previous request's end, after its last products.
                 q_mult = _stage_query(FMT_FP8, q_smem, q_rows, ROWS)
-                qm_smem.store(gl.convert_layout(q_mult, gl.SliceLayout(0, acc_l)))
+            else:
+                # The same multipliers from the same rows (L2 hits), rather than from warpgroup 0
+                # through shared memory.
+                q_mult = _query_multiplier(q_rows, ROWS)
             _both_warpgroups(Q_READY)
-            qk = (sm_scale * LOG2E * kscale) / qm_smem.load(gl.SliceLayout(0, acc_l))
+            qk = (sm_scale * LOG2E * kscale) / gl.convert_layout(q_mult, gl.SliceLayout(0, acc_l))
             last_visible = kv_len - q_len + n // H
             row_ok = n < q_len * H
 
@@ -257,7 +260,6 @@ def mla_decode_hopper_tma_kernel(
     gl.static_assert(PAGED == 0, "the staged kernel reads contiguous caches")
     gl.static_assert(ROWS == 16, "the Hopper kernel covers 16 query rows per request")
     q_smem = gl.allocate_shared_memory(gl.float16, [NUM_CHUNKS, ROWS, CHUNK], q_layout())
-    qm_smem = gl.allocate_shared_memory(gl.float32, [ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     tbar0 = gl.allocate_shared_memory(gl.int64, [3, 1], mbarrier.MBarrierLayout())
     tbar1 = gl.allocate_shared_memory(gl.int64, [3, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(3):
@@ -281,10 +283,10 @@ def mla_decode_hopper_tma_kernel(
     gl.warp_specialize([
         (_half, (0, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, fp8_scale_ptr, kv_indptr, qo_indptr, out_ptr,
                  stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale,
-                 q_smem, qm_smem, ml_smem, v1, v0, p0, red0, raw80, raw10, tbar0,
+                 q_smem, ml_smem, v1, v0, p0, red0, raw80, raw10, tbar0,
                  H, ROWS, BLOCK_B, C0, WRITE_LSE)),
         (_half, (1, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, fp8_scale_ptr, kv_indptr, qo_indptr, out_ptr,
                  stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale,
-                 q_smem, qm_smem, ml_smem, v1, v1, p1, red1, raw81, raw11, tbar1,
+                 q_smem, ml_smem, v1, v1, p1, red1, raw81, raw11, tbar1,
                  H, ROWS, BLOCK_B, C0, WRITE_LSE)),
     ], [4], [WORKER_REGISTERS])
