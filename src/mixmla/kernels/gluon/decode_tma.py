@@ -13,8 +13,8 @@ What differs is where a tile's bytes come from and who holds the query:
   memory while the previous chunk decodes. Register loads would wait behind the tile's
   shared-memory traffic in the load/store pipeline; an L2 prefetch would slow the copies.
 - The query is staged once per request, by warpgroup 0, for both (warpgroup 1 computes the rows'
-  multipliers of ``_stage_query`` from the same rows), which is what leaves room for the raw tiles: one query buffer, two
-  value tiles, two raw tiles in 223 KB.
+  multipliers of ``_stage_query`` from the same rows), which is what leaves room for the raw
+  tiles: one query buffer, two value tiles, two raw tiles in 223 KB.
 - At the end of a request piece, warpgroup 1 hands its half's maximum, sum and accumulators to
   warpgroup 0 through its own value buffers; warpgroup 0 merges the halves in a fixed order and
   writes the piece. Outputs are bitwise repeatable (not the bits of ``decode``: the halves are
@@ -23,8 +23,8 @@ What differs is where a tile's bytes come from and who holds the query:
 The warpgroups meet twice per request at named barriers of both (``Q_READY``: the query is
 staged and the previous handoff read; ``HANDOFF``: warpgroup 1's half is in the buffers); each
 warpgroup's copies complete on three mbarriers of its own, waited on with the parity of its tile
-count. The copies need tensor descriptors made on the device: 512 bytes of global scratch per program,
-which the launch passes from the workspace (``launch.Workspace``).
+count. The copies need tensor descriptors made on the device: 512 bytes of global scratch per
+program, which the launch passes from the workspace (``launch.Workspace``).
 """
 
 from triton.experimental import gluon
@@ -56,11 +56,13 @@ HANDOFF = gl.constexpr("barrier.sync 9, 256; mov.u32 $0, 0;")
 
 @gluon.jit
 def _both_warpgroups(BARRIER: gl.constexpr):
-    """All 256 threads of the program meet at the named barrier of ``BARRIER`` (its PTX): every shared-memory access
-    of either warpgroup before it is ordered before every access after it (``bar.sync``; the
-    clobber keeps the compiler from moving memory accesses across it). A barrier of both
-    warpgroups rather than an mbarrier that one thread arrives at: each side would reach it at
-    the same point anyway, and every thread's accesses are ordered, not only the arriving one's."""
+    """All 256 threads of the program meet at the named barrier of ``BARRIER`` (its PTX): every
+    shared-memory access of either warpgroup before it is ordered before every access after it
+    (the clobber keeps the compiler from moving memory accesses across it). ``barrier.sync``, not
+    ``bar.sync``: that is the ``.aligned`` form, which needs every thread at the same instruction,
+    and the warpgroups call it from their own code. A barrier of both rather than an mbarrier that
+    one thread arrives at: each side would reach it at the same point anyway, and every thread's
+    accesses are ordered, not only the arriving one's."""
     one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     gl.inline_asm_elementwise(BARRIER, "=r,r,~{memory}",
                               [gl.full([128], 0, gl.int32, one)], dtype=gl.int32, is_pure=False, pack=1)
@@ -108,8 +110,8 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, fp8_
     1: the worker): ``decode``'s request walk over its half of each piece's tiles. Its own shared
     buffers: ``v_bufs``, ``p_all``, ``red_smem``, ``raw8`` / ``raw1`` (the staged tile: chunks 0-7,
     chunk 8) and ``tma_bars``; shared by both: the query (``q_smem``, staged by warpgroup 0; each
-    computes the rows' multipliers from the query itself) and the handoff (``ml_smem``: maximum and sum; ``hand_bufs``: warpgroup 1's
-    value buffers)."""
+    computes the rows' multipliers from the query itself) and the handoff (``ml_smem``: maximum and
+    sum; ``hand_bufs``: warpgroup 1's value buffers)."""
     acc_l: gl.constexpr = score_layout(ROWS)
     pid = gl.program_id(0)
     num_programs = gl.num_programs(0)
