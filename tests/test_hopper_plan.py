@@ -59,12 +59,14 @@ def _inputs(fmt, kv_lens, seed=0):
     return q, quantize(kv, fmt)
 
 
-def _pointer_args(args):
-    """The kernel arguments of a recorded launch (after grid, stream, function, metadata and the
-    three launcher placeholders), by ``compile.SIGNATURE`` name."""
+def _pointer_args(args, first=9):
+    """The kernel arguments of a recorded launch, by ``compile.SIGNATURE`` name: from ``first``, after
+    grid, stream, function, metadata and the three launcher placeholders (9) or, through the
+    launcher's own ``launch``, after grid, stream, function, its two flags, the two scratch
+    pointers, metadata and the three placeholders (13)."""
     from mixmla.kernels.gluon.compile import SIGNATURE
 
-    return dict(zip(SIGNATURE, args[9:]))
+    return dict(zip(SIGNATURE, args[first:]))
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
@@ -238,7 +240,7 @@ def test_the_staged_fp8_kernel_gets_its_global_scratch_from_the_workspace(hopper
     buffer = work.tensors[0]
     assert scratch == work.scratch and (scratch - buffer.data_ptr()) % 256 == 0  # CUDA buffers start 512-aligned
     assert p.lse.data_ptr() + p.lse.numel() * 4 <= scratch and scratch + programs * 512 <= work.part_o
-    assert dict(zip(_SIGNATURE_NAMES(), args[13:]))["part_o_ptr"] == work.part_o
+    assert _pointer_args(args, first=13)["part_o_ptr"] == work.part_o
     mx = mixmla.plan(indptr(kv_lens, device=CPU), num_heads=H, fmt="mxfp4", backend="gluon")
     mx_programs = mx._plan.decoders[0, False].programs  # two per SM
     assert mx_programs == backend.grid_size(np.array(kv_lens), 264) == 192 and mx._plan.workspace.scratch is None
@@ -246,9 +248,3 @@ def test_the_staged_fp8_kernel_gets_its_global_scratch_from_the_workspace(hopper
     monkeypatch.setattr(triton_launch, "launcher_call_is_known", lambda cls: False)
     with pytest.raises(RuntimeError, match="backend='triton'"):
         mixmla.plan(indptr(kv_lens, device=CPU), num_heads=H, fmt="fp8", backend="gluon").run(q, cache)
-
-
-def _SIGNATURE_NAMES():
-    from mixmla.kernels.gluon.compile import SIGNATURE
-
-    return list(SIGNATURE)

@@ -159,11 +159,11 @@ class HopperDecoder:
                  programs: int | None = None, paged: int = 0, allocate: bool = True):
         self.batch = int(batch)
         self.num_heads = int(num_heads)
-        self.format = {"fp8": FMT_FP8.value, "mxfp4": FMT_MXFP4.value}[fmt]
         # With its index: the launch asks for the current stream of exactly this device.
         self.device = device if device.type != "cuda" or device.index is not None else \
             torch.device("cuda", torch.cuda.current_device())
         self.spec = self.spec_of(self.batch, fmt, paged, self.num_heads, write_lse)
+        self.format = self.spec.FORMAT
         self.programs = programs or programs_per_sm(self.spec) * torch.cuda.get_device_properties(
             device).multi_processor_count
         self.kernel = compile_decode(self.spec)
