@@ -32,7 +32,9 @@ def facts(spec):
             "loop_instructions": f.loop_instructions, "loop_local": f.loop_local,
             "loop_hgmma": f.loop_ops["HGMMA"], "prefetch": ptx.count("cp.async.bulk.prefetch.L2.global"),
             "tma_copies": ptx.count("cp.async.bulk.tensor"), "setmaxnreg": ptx.count("setmaxnreg"),
-            "scratch": k.metadata.global_scratch_size}
+            "scratch": k.metadata.global_scratch_size,
+            "ldmatrix_trans": ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"),
+            "stmatrix": ptx.count("stmatrix.sync.aligned")}
 
 if __name__ == "__main__":
     # One compile per core: the 48 specializations are independent.
@@ -96,6 +98,18 @@ def test_fp8_cache_rows_reach_shared_memory_ahead_of_use(compiled):
         else:
             assert k["tma_copies"] == 0 and k["setmaxnreg"] == 0 and k["scratch"] == 0, k
             assert (k["prefetch"] >= 1) == fp8, k
+
+
+def test_staged_values_come_from_the_staged_bytes(compiled):
+    """The staged kernel's value product takes V^T from registers, loaded by transposed 8x8 loads of
+    the staged bytes (4 pairs x 4 per tile and warpgroup), and writes no decoded value tile to
+    shared memory (its two ``stmatrix`` are the query's); ``decode`` stores the value tile (32 per
+    tile, ``stmatrix``) and reads it in the product."""
+    for k in compiled:
+        if k["staged"]:
+            assert k["ldmatrix_trans"] == 32 and k["stmatrix"] <= 2, k
+        else:
+            assert k["ldmatrix_trans"] == 0 and k["stmatrix"] >= 32, k
 
 
 def test_no_local_memory_in_the_tile_loop(compiled):

@@ -57,6 +57,28 @@ def test_uniform_batches(fmt, batch, kv_len):
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
+@pytest.mark.parametrize("kv_len", [1000, 64, 8191])
+def test_rows_of_the_next_request_do_not_reach_a_request(fmt, kv_len):
+    """A tile of 64 rows reaches past its request's end into the next request's rows (the copies
+    and loads are of whole tiles): those rows are NaN here, and the first request must not see
+    them."""
+    HopperDecoder = _hopper()
+    q, kv, qo_indptr, kv_indptr, _ = generate_input(2, 1, kv_len, seed=77 + kv_len, device="cuda")
+    cache = as_cache(kv[fmt])
+    if fmt == "fp8":
+        cache.data.view(torch.uint8)[kv_len:] = 0x7F  # e4m3fn NaN
+    else:
+        cache.scales.view(torch.uint8)[kv_len:2 * kv_len] = 0xFF  # E8M0 NaN
+    decoder = HopperDecoder(2, 16, fmt, q.device)
+    out, lse = _run(decoder, q, cache, kv_indptr, qo_indptr)
+    ref, ref_lse = mla_decode_reference(q[:1], cache, kv_indptr[:2], qo_indptr[:2])
+    result = check_strict(out[:1], ref)
+    assert result.passed, result.message
+    assert torch.allclose(lse[:1].double(), ref_lse, rtol=1e-3, atol=1e-3)
+    assert torch.isnan(out[1].float()).all(), "the second request reads its own NaN rows"
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
 def test_ragged_with_empty_requests_and_new_lengths(fmt):
     HopperDecoder = _hopper()
     decoder = HopperDecoder(37, 16, fmt, torch.device("cuda"))

@@ -52,6 +52,11 @@ def _program_of(u, num_programs, total):
     return ((u + 1) * num_programs + total - 1) // total - 1
 
 
+#: First output column of each value accumulator (``_write_request``): chunk c holds columns
+#: 64c .. 64c+63 (in ``chunk_column`` order).
+CHUNK_COLUMNS = gl.constexpr(tuple(64 * c for c in range(8)))
+
+
 @gluon.jit
 def _opaque_zero(t):
     """0 for a tile index ``t >= 0``, which the compiler cannot prove: a shared-memory view indexed by
@@ -399,11 +404,12 @@ def _piece_tiles(u_begin, u_end, start_b, cum_b, kv_len, C0: gl.constexpr):
 
 
 @gluon.jit
-def _write_request(acc, inv_l, lse2, kscale, n, dcol, row_ok, b, b_first, pid, num_programs, total, u_begin, start_b,
+def _write_request(acc, inv_l, lse2, kscale, n, dcol, COLUMNS: gl.constexpr, row_ok, b, b_first, pid, num_programs, total, u_begin, start_b,
                    first, nparts, q_lo, q_len, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr,
                    part_lse_ptr, counter_ptr, batch, H: gl.constexpr, ROWS: gl.constexpr, WRITE_LSE: gl.constexpr):
     """Writes program ``pid``'s piece of request ``b``: ``acc`` its VALUE_CHUNKS value accumulators
-    (CHUNK, ROWS) float32 (``score_layout``, row k of chunk c = output column ``CHUNK * c + dcol[k]``),
+    (CHUNK, ROWS) float32 (``score_layout``; row k of accumulator c is output column
+    ``COLUMNS[c] + dcol[k]``),
     ``inv_l`` and ``lse2`` from ``_finish``, ``kscale`` the fp8 scale (1 for MXFP4); ``n`` the query
     rows, ``row_ok`` those of the request. A request of one piece goes to ``out`` (and ``lse``);
     a cut one leaves its normalized partial and log-sum-exp in the program's workspace slot and is
@@ -413,7 +419,7 @@ def _write_request(acc, inv_l, lse2, kscale, n, dcol, row_ok, b, b_first, pid, n
     if nparts == 1:
         out_rows = out_ptr + tok * stride_ot + (n % H) * stride_oh
         for c in gl.static_range(VALUE_CHUNKS):
-            gl.store(out_rows[None, :] + (CHUNK * c + dcol)[:, None], (acc[c] * factor).to(gl.bfloat16),
+            gl.store(out_rows[None, :] + (COLUMNS[c] + dcol)[:, None], (acc[c] * factor).to(gl.bfloat16),
                      mask=row_ok[None, :])
         if WRITE_LSE:
             gl.store(lse_ptr + tok * stride_lt + n % H, lse2 * LN2, mask=row_ok)
@@ -421,7 +427,7 @@ def _write_request(acc, inv_l, lse2, kscale, n, dcol, row_ok, b, b_first, pid, n
         slot = 2 * pid + (b != b_first).to(gl.int32)
         part_rows = part_o_ptr + (slot * ROWS + n).to(gl.int64) * VALUE_DIM
         for c in gl.static_range(VALUE_CHUNKS):
-            gl.store(part_rows[None, :] + (CHUNK * c + dcol)[:, None], acc[c] * factor)
+            gl.store(part_rows[None, :] + (COLUMNS[c] + dcol)[:, None], acc[c] * factor)
         gl.store(part_lse_ptr + slot * ROWS + n, lse2)
         # The count as CUTLASS's semaphores raise it: the barrier orders every thread's
         # stores before the one thread's acq_rel atomic (a scalar atomic runs in one thread
@@ -602,6 +608,6 @@ def mla_decode_hopper_kernel(
                     acc = acc + (warpgroup_mma(v_bufs[c].index(z).permute((1, 0)), p_smem, scaled[c], is_async=True), )
             acc = warpgroup_mma_wait(0, deps=acc)
             inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))
-            _write_request(acc, inv_l, lse2, kscale, n, dcol, row_ok, b, b_first, pid, num_programs, total, u_begin,
+            _write_request(acc, inv_l, lse2, kscale, n, dcol, CHUNK_COLUMNS, row_ok, b, b_first, pid, num_programs, total, u_begin,
                            start_b, first, nparts, q_lo, q_len, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
                            part_o_ptr, part_lse_ptr, counter_ptr, batch, H, ROWS, WRITE_LSE)

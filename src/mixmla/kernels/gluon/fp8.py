@@ -10,9 +10,10 @@ from triton.experimental.gluon import language as gl
 
 from .layouts import TILE, chunk_word_layout
 
-from ..ptx import HOPPER_FP8_TO_F16X2
+from ..ptx import HOPPER_FP8_ROW_PAIRS_TO_F16X2, HOPPER_FP8_TO_F16X2
 
 DECODE_ASM = gl.constexpr(HOPPER_FP8_TO_F16X2)
+COLUMNS_ASM = gl.constexpr(HOPPER_FP8_ROW_PAIRS_TO_F16X2)
 
 #: How ``decode_chunk`` relabels the joined outputs (TILE, 16 words, 2, 2) into stored column order:
 #: split the word axis into (pair, word in pair), then order (pair, b, a, byte in register).
@@ -40,3 +41,13 @@ def decode_chunk(words):
     j = gl.join(gl.join(x0, x1), gl.join(x2, x3))
     j = gl.permute(gl.reshape(j, JOIN_SHAPE.value), JOIN_ORDER.value)
     return gl.reshape(j, [TILE, 64])
+
+
+@gluon.jit
+def decode_columns(pairs):
+    """The values of ``pairs`` (J, T) int16, element (j, t) = the bytes of columns 2j, 2j+1 of row t
+    (a transposed view of the raw rows), in a layout that keeps rows t, t+1 (t even) of one j in
+    one register (the wgmma A operand's ``k_width=2``): ``(even, odd)`` (J, T) f16, the values of
+    columns 2j and 2j+1, in the same layout."""
+    return gl.inline_asm_elementwise(COLUMNS_ASM, "=r,=r,r", [pairs], dtype=(gl.float16, gl.float16), is_pure=True,
+                                     pack=2)

@@ -69,6 +69,28 @@ def v_layout():
 
 
 @constexpr_function
+def staged_chunks_layout():
+    """Shared-memory layout of a staged tile's chunks (chunks, TILE, 16) int32, as the copy engine
+    writes them: one 64-byte row per cached token and chunk, 64-byte swizzle. Both reads of it are
+    free of bank conflicts: the key path's 16-byte loads (each quarter warp reads two rows, which
+    the swizzle puts in the two halves of the banks) and the value path's transposed 8x8 loads
+    (``ldmatrix.trans``: 8 rows of one 16-byte column, which it spreads over all banks)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=3)
+
+
+@constexpr_function
+def staged_rows_layout():
+    """The same bytes as ``staged_chunks_layout``, viewed as (chunks * TILE, 16) words."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=2)
+
+
+@constexpr_function
+def staged_columns_layout():
+    """The same bytes as ``staged_chunks_layout``, viewed as (chunks, TILE, 32) int16 column pairs."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=3)
+
+
+@constexpr_function
 def q_layout():
     """Shared-memory layout of the query chunks (NUM_CHUNKS, rows, CHUNK)."""
     return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
