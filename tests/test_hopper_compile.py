@@ -83,7 +83,7 @@ def test_matrix_products_on_wgmma_in_the_tile_loop(compiled):
 
 
 def test_fp8_cache_rows_reach_shared_memory_ahead_of_use(compiled):
-    """Contiguous fp8 tiles come by TMA (three copies per tile per warpgroup, of warp-specialized
+    """Contiguous fp8 tiles come by TMA (five copies per tile per warpgroup, of warp-specialized
     warpgroups with their register budgets set: ``setmaxnreg``) with the tensor descriptors in the
     workspace's global scratch, and no L2 prefetch (it slowed the copies); paged fp8 loads prefetch
     the rows of the tile after next into L2; MXFP4 neither (measured slower with a prefetch)."""

@@ -8,8 +8,9 @@ the query:
 
 - Each program has two warpgroups (``gl.warp_specialize``: the default partition and one worker),
   and each takes one half of every request piece's tiles. A warpgroup streams its tiles through
-  two 36 KB buffers of its own by TMA (three copies per tile, completing on the buffer's
-  mbarrier), the next tile's copies issued as the current tile starts. Register loads would wait
+  two 36 KB buffers of its own by TMA (five copies per tile: one per pair of chunks, one of
+  chunk 8, completing on the buffer's mbarrier), the next tile's copies issued as the current
+  tile starts. Register loads would wait
   behind the tile's shared-memory traffic in the load/store pipeline; an L2 prefetch would slow
   the copies.
 - The scores take the key tile from registers, decoded from the staged words as in ``decode``.
