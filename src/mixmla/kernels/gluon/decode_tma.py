@@ -188,7 +188,6 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, fp8_
                                            staged_chunks_layout())
     n = gl.arange(0, ROWS, layout=gl.SliceLayout(0, acc_l))
     r_s = gl.arange(0, TILE, layout=gl.SliceLayout(1, acc_l))
-    hand_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     it = 0  # tiles this warpgroup has taken: buffer it % 2, whose mbarrier has completed it // 2 times
     if u_begin < u_end:
         b_first = gl.sum((cum <= u_begin).to(gl.int32), axis=0)
