@@ -121,15 +121,7 @@ HOPPER_MXFP4_TO_BF16X2 = ("{\n.reg .b32 sel, hi4, lo4, c4, sg, ht0, ht1, lt0, lt
 #: ``$0, $1`` <- the even and odd columns of two cache rows as f16x2: ``$2`` holds the 4 e4m3fn
 #: bytes (row t: columns 2j, 2j+1; row t+1: the same columns), the 16-bit pairs a transposed
 #: ``ldmatrix`` of the raw bytes gives; register ``$0`` = column 2j of rows t, t+1, ``$1`` =
-#: column 2j+1. One byte permute, then the exact conversion of ``FP8_E4M3_TO_F16X2``.
+#: column 2j+1. One byte permute, then ``FP8_E4M3_TO_F16X2`` on the permuted word.
 #: Constraints ``"=r,=r,r"``.
-HOPPER_FP8_ROW_PAIRS_TO_F16X2 = """
-{
-.reg .b32 t;
-.reg .b16 lo, hi;
-prmt.b32 t, $2, 0, 0x3120;
-mov.b32 {lo, hi}, t;
-cvt.rn.f16x2.e4m3x2 $0, lo;
-cvt.rn.f16x2.e4m3x2 $1, hi;
-}
-"""
+HOPPER_FP8_ROW_PAIRS_TO_F16X2 = ("{\n.reg .b32 rows;\nprmt.b32 rows, $2, 0, 0x3120;"
+                                 + FP8_E4M3_TO_F16X2.replace("$2", "rows") + "}")

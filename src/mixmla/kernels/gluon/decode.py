@@ -54,7 +54,7 @@ def _program_of(u, num_programs, total):
 
 #: First output column of each value accumulator (``_write_request``): chunk c holds columns
 #: 64c .. 64c+63 (in ``chunk_column`` order).
-CHUNK_COLUMNS = gl.constexpr(tuple(64 * c for c in range(8)))
+CHUNK_COLUMNS = gl.constexpr(tuple(CHUNK.value * c for c in range(VALUE_CHUNKS.value)))
 
 
 @gluon.jit
@@ -404,9 +404,10 @@ def _piece_tiles(u_begin, u_end, start_b, cum_b, kv_len, C0: gl.constexpr):
 
 
 @gluon.jit
-def _write_request(acc, inv_l, lse2, kscale, n, dcol, COLUMNS: gl.constexpr, row_ok, b, b_first, pid, num_programs, total, u_begin, start_b,
-                   first, nparts, q_lo, q_len, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr,
-                   part_lse_ptr, counter_ptr, batch, H: gl.constexpr, ROWS: gl.constexpr, WRITE_LSE: gl.constexpr):
+def _write_request(acc, inv_l, lse2, kscale, n, dcol, COLUMNS: gl.constexpr, row_ok, b, b_first, pid, num_programs,
+                   total, u_begin, start_b, first, nparts, q_lo, q_len, out_ptr, stride_ot, stride_oh, lse_ptr,
+                   stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, H: gl.constexpr, ROWS: gl.constexpr,
+                   WRITE_LSE: gl.constexpr):
     """Writes program ``pid``'s piece of request ``b``: ``acc`` its VALUE_CHUNKS value accumulators
     (CHUNK, ROWS) float32 (``score_layout``; row k of accumulator c is output column
     ``COLUMNS[c] + dcol[k]``),
@@ -608,6 +609,6 @@ def mla_decode_hopper_kernel(
                     acc = acc + (warpgroup_mma(v_bufs[c].index(z).permute((1, 0)), p_smem, scaled[c], is_async=True), )
             acc = warpgroup_mma_wait(0, deps=acc)
             inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))
-            _write_request(acc, inv_l, lse2, kscale, n, dcol, CHUNK_COLUMNS, row_ok, b, b_first, pid, num_programs, total, u_begin,
-                           start_b, first, nparts, q_lo, q_len, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
-                           part_o_ptr, part_lse_ptr, counter_ptr, batch, H, ROWS, WRITE_LSE)
+            _write_request(acc, inv_l, lse2, kscale, n, dcol, CHUNK_COLUMNS, row_ok, b, b_first, pid, num_programs,
+                           total, u_begin, start_b, first, nparts, q_lo, q_len, out_ptr, stride_ot, stride_oh,
+                           lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, H, ROWS, WRITE_LSE)

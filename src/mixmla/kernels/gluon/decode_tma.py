@@ -10,9 +10,8 @@ the query:
   and each takes one half of every request piece's tiles. A warpgroup streams its tiles through
   two 36 KB buffers of its own by TMA (five copies per tile: one per pair of chunks, one of
   chunk 8, completing on the buffer's mbarrier), the next tile's copies issued as the current
-  tile starts. Register loads would wait
-  behind the tile's shared-memory traffic in the load/store pipeline; an L2 prefetch would slow
-  the copies.
+  tile starts. Register loads would wait behind the tile's shared-memory traffic in the
+  load/store pipeline; an L2 prefetch would slow the copies.
 - The scores take the key tile from registers, decoded from the staged words as in ``decode``.
   The value product ``O^T = V^T P^T`` takes V^T from registers too: transposed 8x8 loads of the
   staged bytes (``ldmatrix.trans`` on 16-bit column pairs) give each thread two rows of a column
@@ -55,7 +54,7 @@ SLOTS = gl.constexpr(2)  #: tile buffers per warpgroup: the next tile lands whil
 PAIRS = gl.constexpr(4)  #: pairs of chunks in the value columns (chunks 0-7), one copy each
 #: First output column of each value accumulator (``_value_products``): accumulator c holds, in row
 #: k, column ``2 * CHUNK * (c // 2) + c % 2 + 2 * k`` (the even or odd columns of chunk pair c // 2).
-PAIR_COLUMNS = gl.constexpr(tuple(128 * (c // 2) + c % 2 for c in range(8)))
+PAIR_COLUMNS = gl.constexpr(tuple(2 * CHUNK.value * (c // 2) + c % 2 for c in range(VALUE_CHUNKS.value)))
 #: Global scratch a program's tensor descriptors take (Triton's ``global_scratch_size``).
 SCRATCH_PER_PROGRAM = 512
 
@@ -288,9 +287,10 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, fp8_
                     merged = merged + (acc[c] * a_mine[None, :] + hand.index(c).load(acc_l) * a_other[None, :], )
                 inv_l, lse2 = _finish(m_all, l_i * a_mine + l_o * a_other)
                 dcol = 2 * gl.arange(0, CHUNK, layout=gl.SliceLayout(1, acc_l))
-                _write_request(merged, inv_l, lse2, kscale, n, dcol, PAIR_COLUMNS, row_ok, b, b_first, pid, num_programs, total,
-                               u_begin, start_b, first, nparts, q_lo, q_len, out_ptr, stride_ot, stride_oh, lse_ptr,
-                               stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, H, ROWS, WRITE_LSE)
+                _write_request(merged, inv_l, lse2, kscale, n, dcol, PAIR_COLUMNS, row_ok, b, b_first, pid,
+                               num_programs, total, u_begin, start_b, first, nparts, q_lo, q_len, out_ptr, stride_ot,
+                               stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, H, ROWS,
+                               WRITE_LSE)
 
 
 @gluon.jit
@@ -324,8 +324,7 @@ def mla_decode_hopper_tma_kernel(
     raw1 = gl.allocate_shared_memory(gl.int32, [SLOTS * PAIRS, 2, TILE, 16], staged_chunks_layout())
     last0 = gl.allocate_shared_memory(gl.int32, [SLOTS, 1, TILE, 16], staged_chunks_layout())
     last1 = gl.allocate_shared_memory(gl.int32, [SLOTS, 1, TILE, 16], staged_chunks_layout())
-    hand = gl.allocate_shared_memory(gl.float32, [VALUE_CHUNKS, CHUNK, ROWS],
-                                  gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    hand = gl.allocate_shared_memory(gl.float32, [VALUE_CHUNKS, CHUNK, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     p0 = gl.allocate_shared_memory(gl.float16, [1, TILE, ROWS], p_layout(ROWS))
     p1 = gl.allocate_shared_memory(gl.float16, [1, TILE, ROWS], p_layout(ROWS))
     red0 = gl.allocate_shared_memory(gl.float32, [4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
