@@ -96,6 +96,32 @@ def test_mxfp4_decoder_scale_edges():
         assert check(vals), byte
 
 
+def test_mxfp4_column_decoder_pairs_one_column_of_two_rows_exactly():
+    """The value path's decoder (``mxfp4.decode_columns``): a 32-bit register holds two 16-bit
+    code pairs, row t's columns 4j .. 4j+3 (low half) and row t+1's (high half); output register i
+    must be column 4j + i of rows t and t+1, each scaled by its own row's block scale, bit-exactly
+    (every code pair and every finite scale byte but 0)."""
+    pairs = np.arange(1 << 16, dtype=np.uint64)
+    lo = RNG.permutation(pairs)
+    hi = RNG.permutation(pairs)
+    s_lo = RNG.integers(1, 255, size=pairs.size, dtype=np.uint64)
+    s_hi = RNG.integers(1, 255, size=pairs.size, dtype=np.uint64)
+    scale_pair = s_lo | (s_hi << np.uint64(16))  # as mxfp4.value_scales gives it
+    tables = [t & 0xFFFFFFFF for t in (gmx.HI_TABLE_0.value, gmx.HI_TABLE_1.value, gmx.LO_TABLE_0.value,
+                                      gmx.LO_TABLE_1.value)]
+    inputs = {4: lo | (hi << np.uint64(16)), 5: scale_pair}
+    for i, t in enumerate(tables):
+        inputs[6 + 2 * i] = inputs[7 + 2 * i] = np.full(pairs.shape, t, dtype=np.uint64)
+    regs = ptx_subset.run(gmx.COLUMNS_ASM.value, inputs, 4)
+    for i in range(4):
+        for half, (codes, sc) in enumerate(((lo, s_lo), (hi, s_hi))):
+            code = torch.from_numpy(((codes >> np.uint64(4 * i)) & np.uint64(0xF)).astype(np.int64))
+            scale = torch.exp2(torch.from_numpy(sc.astype(np.float64)) - 127)
+            want = (e2m1_decode(code).double() * scale).to(torch.bfloat16).view(torch.int16)
+            got = torch.from_numpy(((regs[i] >> np.uint64(16 * half)) & np.uint64(0xFFFF)).astype(np.int32))
+            assert torch.equal(got.to(torch.int16), want), f"column {i} row {half}"
+
+
 def test_fp8_decoder_converts_every_byte_exactly():
     all_bytes = np.arange(256, dtype=np.uint64)
     all_bytes = all_bytes[(all_bytes & 0x7F) != 0x7F]  # e4m3fn NaN codes are not cache values

@@ -89,6 +89,22 @@ def test_ragged_with_empty_requests_and_new_lengths(fmt):
         _check(q, cache, kv_indptr, qo_indptr, out, lse)
 
 
+def test_staged_kernel_reads_mxfp4_caches():
+    """``decode_tma``'s form for contiguous MXFP4 caches (built, not yet the one served: slower than
+    ``decode``): ragged batches with empty requests, two layouts, the strict check of the reference,
+    NaN-poisoned outputs, and bitwise repeatable."""
+    HopperDecoder = _hopper()
+    decoder = HopperDecoder(37, 16, "mxfp4", torch.device("cuda"), staged_kernel=True)
+    assert decoder.programs == torch.cuda.get_device_properties(0).multi_processor_count
+    for seed in (13, 14):
+        q, kv, qo_indptr, kv_indptr, _ = generate_ragged(37, 1, 5000, seed=seed, device="cuda")
+        cache = as_cache(kv["mxfp4"])
+        out, lse = _run(decoder, q, cache, kv_indptr, qo_indptr)
+        _check(q, cache, kv_indptr, qo_indptr, out, lse)
+        again = _run(decoder, q, cache, kv_indptr, qo_indptr)
+        assert torch.equal(out.view(torch.int16), again[0].view(torch.int16)) and torch.equal(lse, again[1])
+
+
 #: Per-tile maximum score (log2 units) of the staircase test: steps below the kernel's rescale
 #: threshold (the stale maximum is kept, probabilities up to 2**8 enter the products) and jumps above
 #: it (the accumulators are rescaled), rising and falling.
@@ -126,9 +142,10 @@ def test_scores_rising_across_tiles(fmt):
 @pytest.mark.parametrize("page_size", [1, 16, 64, 128])
 def test_paged_cache_gives_the_contiguous_bits(fmt, page_size):
     """A request's tokens read through a block table or CSR page indices from shuffled pages: the
-    tiles hold the same tokens in the same order, so the result is bitwise the contiguous one of
-    the same kernel (MXFP4), and for fp8, whose contiguous cache the staged kernel (``decode_tma``)
-    reads, bitwise the same for both table forms and within the strict check of the reference."""
+    tiles hold the same tokens in the same order, so the result is the same for both table forms,
+    bit for bit, and within the strict check of the reference (bitwise the contiguous result for
+    MXFP4; fp8's contiguous cache is read by the staged kernel, ``decode_tma``, whose bits differ:
+    its warpgroups sum halves of a piece apart)."""
     HopperDecoder = _hopper()
     gen = torch.Generator().manual_seed(page_size)
     q, kv, qo_indptr, kv_indptr, _ = generate_ragged(9, 1, 3000, seed=100 + page_size, device="cuda")
@@ -137,13 +154,13 @@ def test_paged_cache_gives_the_contiguous_bits(fmt, page_size):
     batch = scatter_to_pages(cache, kv_indptr, page_size, generator=gen, spare_pages=5)
     want = _run(HopperDecoder(9, 16, fmt, q.device, programs=20), q, cache, kv_indptr, qo_indptr)
     _check(q, cache, kv_indptr, qo_indptr, *want)
-    if fmt == "fp8":  # the paged kernel's own bits: its block-table form, checked, then the CSR form
-        decoder = HopperDecoder(9, 16, fmt, q.device, programs=20, paged=1)
-        pages = batch.block_pages
-        want = (torch.full_like(want[0], float("nan")), torch.full_like(want[1], float("nan")))
-        decoder.launch(q, batch.cache.rows, pages.seq_lens, qo_indptr, *want, default_sm_scale(),
-                       table=pages.table, page_indptr=pages.page_indptr, page_size=page_size)
-        _check(q, cache, kv_indptr, qo_indptr, *want)
+    # The paged kernel's own bits: its block-table form, checked, then the CSR form.
+    decoder = HopperDecoder(9, 16, fmt, q.device, programs=20, paged=1)
+    pages = batch.block_pages
+    want = (torch.full_like(want[0], float("nan")), torch.full_like(want[1], float("nan")))
+    decoder.launch(q, batch.cache.rows, pages.seq_lens, qo_indptr, *want, default_sm_scale(),
+                   table=pages.table, page_indptr=pages.page_indptr, page_size=page_size)
+    _check(q, cache, kv_indptr, qo_indptr, *want)
     for form, pages in ((1, batch.block_pages), (2, batch.csr_pages)):
         decoder = HopperDecoder(9, 16, fmt, q.device, programs=20, paged=form)
         out = torch.full_like(want[0], float("nan"))

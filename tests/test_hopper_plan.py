@@ -39,7 +39,7 @@ def hopper(monkeypatch):
     from mixmla.kernels.gluon import backend, launch
 
     calls, made = [], []
-    monkeypatch.setattr(launch, "compile_decode", lambda spec: _Recorder(spec, calls))
+    monkeypatch.setattr(launch, "compile_decode", lambda spec, staged_kernel=None: _Recorder(spec, calls))
     monkeypatch.setattr(launch, "_binding", launch._binding.__wrapped__)  # the recorder is not cached
     monkeypatch.setattr(launch, "current_stream", lambda device: 7)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(
@@ -219,7 +219,7 @@ def test_the_staged_fp8_kernel_gets_its_global_scratch_from_the_workspace(hopper
         def launch(self, *args):
             calls.append(("direct", args))
 
-    def compiled(spec):
+    def compiled(spec, staged_kernel=None):
         k = _Recorder(spec, calls, scratch=512 if staged(spec) else 0)
         k.run = KnownLauncher()
         return k

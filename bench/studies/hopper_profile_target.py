@@ -1,7 +1,8 @@
 """One Hopper-kernel launch per format for a profiler to capture (after two untimed warm-ups).
 
 ``ncu --clock-control none -k mla_decode_hopper_kernel --launch-skip 2 --launch-count 1 python
-bench/studies/hopper_profile_target.py FMT BATCH KV_LEN``
+bench/studies/hopper_profile_target.py FMT BATCH KV_LEN``; FMT ``mxfp4-staged``: the staged kernel's
+form for contiguous MXFP4 caches (``HopperDecoder(staged_kernel=True)``).
 """
 
 import sys
@@ -14,9 +15,10 @@ from mixmla.kernels.gluon.launch import HopperDecoder
 from mixmla.reference import default_sm_scale
 
 fmt, batch, kv_len = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+fmt, staged = fmt.removesuffix("-staged"), fmt.endswith("-staged")
 q, kv, qo, kvp, _ = generate_input(batch, 1, kv_len, seed=1, device="cuda")
 cache = as_cache(kv[fmt])
-dec = HopperDecoder(batch, 16, fmt, q.device)
+dec = HopperDecoder(batch, 16, fmt, q.device, staged_kernel=True if staged else None)
 out = torch.empty(q.shape[0], 16, 512, dtype=torch.bfloat16, device="cuda")
 lse = torch.empty(q.shape[0], 16, device="cuda")
 for _ in range(3):

@@ -88,15 +88,26 @@ prmt.b32 sg, c4, $N, SIGNS;
 prmt.b32 hi4, ht0, ht1, sel;
 lop3.b32 hi4, hi4, sg, 0x80808080, 0xF8;
 prmt.b32 lo4, lt0, lt1, sel;
-prmt.b32 FIRST, lo4, hi4, 0x5140;
-prmt.b32 SECOND, lo4, hi4, 0x7362;
+prmt.b32 FIRST, lo4, hi4, PICK1;
+prmt.b32 SECOND, lo4, hi4, PICK2;
 """
-# The word's first two bytes (nibbles 0..3, their signs picked by 0x5140), then the last two.
-_HOPPER_MXFP4_WORD = ("\nand.b32 sel, $N, 0x77777777;\nshl.b32 c4, $N, 4;"
-                      + _HOPPER_MXFP4_HALF.replace("SIGNS", "0x5140").replace("FIRST", "$A").replace("SECOND", "$B")
-                      + "shr.b32 sel, sel, 16;"
-                      + _HOPPER_MXFP4_HALF.replace("SIGNS", "0x7362").replace("FIRST", "$C").replace("SECOND", "$D")
-                      + "".join(f"mul.rn.bf16x2 {r}, {r}, $M;\n" for r in ("$A", "$B", "$C", "$D")))
+
+
+def _hopper_mxfp4_word(picks: tuple[str, str]) -> str:
+    """``_HOPPER_MXFP4_HALF`` on the word's first two bytes (nibbles 0..3, their signs picked by
+    0x5140), then on the last two; ``picks``: the two selectors that interleave the low and high
+    bytes of the four values into two registers."""
+    def half(signs, first, second):
+        return (_HOPPER_MXFP4_HALF.replace("SIGNS", signs).replace("FIRST", first).replace("SECOND", second)
+                .replace("PICK1", picks[0]).replace("PICK2", picks[1]))
+
+    return ("\nand.b32 sel, $N, 0x77777777;\nshl.b32 c4, $N, 4;" + half("0x5140", "$A", "$B")
+            + "shr.b32 sel, sel, 16;" + half("0x7362", "$C", "$D")
+            + "".join(f"mul.rn.bf16x2 {r}, {r}, $M;\n" for r in ("$A", "$B", "$C", "$D")))
+
+
+# Values 0, 1 of the four (one byte), then values 2, 3.
+_HOPPER_MXFP4_WORD = _hopper_mxfp4_word(("0x5140", "0x7362"))
 
 
 def _word(n, m, a, b, c, d):
@@ -116,6 +127,22 @@ HOPPER_MXFP4_TO_BF16X2 = ("{\n.reg .b32 sel, hi4, lo4, c4, sg, ht0, ht1, lt0, lt
                           "mov.b32 ht0, $12;\nmov.b32 ht1, $14;\nmov.b32 lt0, $16;\nmov.b32 lt1, $18;"
                           + _word("$8", "$10", "$0", "$1", "$2", "$3") + _word("$9", "$11", "$4", "$5", "$6", "$7")
                           + "}")
+
+
+#: ``$0 .. $3`` <- four value columns of two cache rows as bf16x2: ``$4`` holds two 16-bit code
+#: pairs (row t: columns 4j .. 4j+3, row t+1: the same columns), what a transposed ``ldmatrix`` of
+#: the raw bytes gives; register ``$0 + i`` = column 4j + i of rows t, t+1, each scaled by its row's
+#: block scale: ``$5`` holds the two E8M0 bytes, one per 16-bit half (one shift makes them the
+#: bf16x2 bits of 2**(scale - 127)). A byte permute puts each row's byte b beside the other row's,
+#: then ``_HOPPER_MXFP4_HALF`` with selectors that pair value k of one row with value k of the
+#: other. The tables come in as ``$6 $8 $10 $12`` (each given twice). Constraints 4 x ``=r`` then
+#: 10 x ``r``.
+HOPPER_MXFP4_COLUMNS_TO_BF16X2 = ("{\n.reg .b32 w, m, sel, hi4, lo4, c4, sg, ht0, ht1, lt0, lt1;\n"
+                                  "mov.b32 ht0, $6;\nmov.b32 ht1, $8;\nmov.b32 lt0, $10;\nmov.b32 lt1, $12;\n"
+                                  "prmt.b32 w, $4, 0, 0x3120;\nshl.b32 m, $5, 7;"
+                                  + _hopper_mxfp4_word(("0x6240", "0x7351")).replace("$N", "w").replace("$M", "m")
+                                  .replace("$A", "$0").replace("$B", "$1").replace("$C", "$2").replace("$D", "$3")
+                                  + "}")
 
 
 #: ``$0, $1`` <- the even and odd columns of two cache rows as f16x2: ``$2`` holds the 4 e4m3fn

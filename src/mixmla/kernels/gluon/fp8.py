@@ -14,6 +14,10 @@ from ..ptx import HOPPER_FP8_ROW_PAIRS_TO_F16X2, HOPPER_FP8_TO_F16X2
 
 DECODE_ASM = gl.constexpr(HOPPER_FP8_TO_F16X2)
 COLUMNS_ASM = gl.constexpr(HOPPER_FP8_ROW_PAIRS_TO_F16X2)
+#: 32-bit words of a chunk's row (64 one-byte codes), and chunks per copy of the staged kernel
+#: (``decode_tma``: two chunks are the 64 column pairs one transposed load covers).
+CHUNK_WORDS = gl.constexpr(16)
+CHUNKS_PER_COPY = gl.constexpr(2)
 
 #: How ``decode_chunk`` relabels the joined outputs (TILE, 16 words, 2, 2) into stored column order:
 #: split the word axis into (pair, word in pair), then order (pair, b, a, byte in register).

@@ -101,10 +101,11 @@ def call_unsupported(q: torch.Tensor, out: torch.Tensor) -> str | None:
     return None
 
 
-def programs_per_sm(spec: KernelSpec) -> int:
-    """Programs of ``spec``'s kernel that run on one SM at once (shared memory and registers):
-    one of two warpgroups for ``decode_tma``, two of one warpgroup for ``decode``."""
-    return 1 if staged(spec) else PROGRAMS_PER_SM
+def programs_per_sm(spec: KernelSpec, staged_kernel: bool | None = None) -> int:
+    """Programs of ``spec``'s kernel (``compile_decode(spec, staged_kernel)``) that run on one SM at
+    once (shared memory and registers): one of two warpgroups for ``decode_tma``, two of one
+    warpgroup for ``decode``."""
+    return 1 if (staged(spec) if staged_kernel is None else staged_kernel) else PROGRAMS_PER_SM
 
 
 def _scratch_floats(programs: int, scratch_per_program: int) -> int:
@@ -151,12 +152,15 @@ class HopperDecoder:
     write the log-sum-exp; programs: size of the persistent grid (default: all that fit at once,
     ``programs_per_sm``); paged: the
     page-table form ``launch`` gets (0 none, 1 block table, 2 CSR); allocate: make its own
-    ``workspace`` (otherwise every launch is given one).
+    ``workspace`` (otherwise every launch is given one); staged_kernel: ``compile_decode``'s (None:
+    the kernel that serves the layout; True: ``decode_tma`` for a contiguous MXFP4 cache, which
+    is not yet faster, for measurements and tests).
     ``launch(...)`` writes ``out`` (and ``lse``).
     """
 
     def __init__(self, batch: int, num_heads: int, fmt: str, device: torch.device, write_lse: bool = True,
-                 programs: int | None = None, paged: int = 0, allocate: bool = True):
+                 programs: int | None = None, paged: int = 0, allocate: bool = True,
+                 staged_kernel: bool | None = None):
         self.batch = int(batch)
         self.num_heads = int(num_heads)
         # With its index: the launch asks for the current stream of exactly this device.
@@ -164,9 +168,9 @@ class HopperDecoder:
             torch.device("cuda", torch.cuda.current_device())
         self.spec = self.spec_of(self.batch, fmt, paged, self.num_heads, write_lse)
         self.format = self.spec.FORMAT
-        self.programs = programs or programs_per_sm(self.spec) * torch.cuda.get_device_properties(
+        self.programs = programs or programs_per_sm(self.spec, staged_kernel) * torch.cuda.get_device_properties(
             device).multi_processor_count
-        self.kernel = compile_decode(self.spec)
+        self.kernel = compile_decode(self.spec, staged_kernel)
         #: Bytes of global scratch per program the kernel takes from the workspace.
         self.scratch_per_program = _scratch_of(self.kernel)
         self._dummy_scale = _unit_scale(self.device)
@@ -274,6 +278,6 @@ def _binding(kernel) -> tuple:
 
     fn, head = launcher_binding(kernel, own_scratch=True)
     if _scratch_of(kernel) and fn is kernel.run:
-        raise RuntimeError("the installed Triton's kernel launcher is not the one mixmla knows, so the Hopper fp8 "
+        raise RuntimeError("the installed Triton's kernel launcher is not the one mixmla knows, so the staged Hopper "
                            "kernel cannot be given its global scratch; use backend='triton'")
     return fn, head

@@ -62,6 +62,17 @@ def mxfp4_scale_layout():
 
 
 @constexpr_function
+def value_scale_layout():
+    """``key_operand_layout`` of a (64, TILE) value operand of 256 MXFP4 columns as (8 scale
+    blocks, 8 column quads per block, TILE tokens): its slice along the quads holds each thread's
+    block scales, one per block and token."""
+    return gl.DistributedLinearLayout(
+        reg_bases=[[0, 0, 1], [1, 0, 0], [0, 0, 8], [0, 0, 16], [0, 0, 32]],
+        lane_bases=[[0, 0, 2], [0, 0, 4], [0, 1, 0], [0, 2, 0], [0, 4, 0]],
+        warp_bases=[[2, 0, 0], [4, 0, 0]], block_bases=[], shape=[8, 8, 64])
+
+
+@constexpr_function
 def v_layout():
     """Shared-memory layout of the decoded values (TILE, 512): 128-byte swizzle, so the value
     product reads it transposed (V^T, MN-major) and the decoders' 16-byte stores do not conflict."""
@@ -69,25 +80,26 @@ def v_layout():
 
 
 @constexpr_function
-def staged_chunks_layout():
-    """Shared-memory layout of a staged tile's chunks (chunks, TILE, 16) int32, as the copy engine
-    writes them: one 64-byte row per cached token and chunk, 64-byte swizzle. Both reads of it are
-    free of bank conflicts: the key path's 16-byte loads (each quarter warp reads two rows, which
-    the swizzle puts in the two halves of the banks) and the value path's transposed 8x8 loads
-    (``ldmatrix.trans``: 8 rows of one 16-byte column, which it spreads over all banks)."""
-    return gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=3)
+def staged_chunks_layout(words=16):
+    """Shared-memory layout of a staged tile's chunks (chunks, TILE, words) int32, as the copy engine
+    writes them: one row per cached token and chunk (64 bytes for fp8, 32 for MXFP4), swizzled
+    over the row's width. Both reads of it are free of bank conflicts: the key path's row loads
+    (16 or 8 bytes a thread; the swizzle spreads a quarter or half warp's rows over all banks) and
+    the value path's transposed 8x8 loads (``ldmatrix.trans``: 8 rows of one 16-byte column, which
+    it spreads over all banks)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=4 * words, element_bitwidth=32, rank=3)
 
 
 @constexpr_function
-def staged_rows_layout():
-    """The same bytes as ``staged_chunks_layout``, viewed as (chunks * TILE, 16) words."""
-    return gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=2)
+def staged_rows_layout(words=16):
+    """The same bytes as ``staged_chunks_layout``, viewed as (chunks * TILE, words) words."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=4 * words, element_bitwidth=32, rank=2)
 
 
 @constexpr_function
-def staged_columns_layout():
-    """The same bytes as ``staged_chunks_layout``, viewed as (chunks, TILE, 32) int16 column pairs."""
-    return gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=3)
+def staged_columns_layout(words=16):
+    """The same bytes as ``staged_chunks_layout``, viewed as (chunks, TILE, 2 * words) int16."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=4 * words, element_bitwidth=16, rank=3)
 
 
 @constexpr_function

@@ -10,10 +10,15 @@ what the wgmma operand and the 16-byte shared-memory stores of the value tile ta
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from ..ptx import HOPPER_MXFP4_TABLES, HOPPER_MXFP4_TO_BF16X2
-from .layouts import TILE, chunk_word_layout, mxfp4_scale_layout
+from ..ptx import HOPPER_MXFP4_COLUMNS_TO_BF16X2, HOPPER_MXFP4_TABLES, HOPPER_MXFP4_TO_BF16X2
+from .layouts import TILE, chunk_word_layout, key_operand_layout, mxfp4_scale_layout, value_scale_layout
 
 DECODE_ASM = gl.constexpr(HOPPER_MXFP4_TO_BF16X2)
+COLUMNS_ASM = gl.constexpr(HOPPER_MXFP4_COLUMNS_TO_BF16X2)
+#: 32-bit words of a chunk's row (64 four-bit codes), and chunks per copy of the staged kernel
+#: (``decode_tma``: four chunks are the 256 value columns one transposed load covers).
+CHUNK_WORDS = gl.constexpr(8)
+CHUNKS_PER_COPY = gl.constexpr(4)
 HI_TABLE_0 = gl.constexpr(HOPPER_MXFP4_TABLES[0])
 HI_TABLE_1 = gl.constexpr(HOPPER_MXFP4_TABLES[1])
 LO_TABLE_0 = gl.constexpr(HOPPER_MXFP4_TABLES[2])
@@ -57,8 +62,14 @@ def load_chunk(kv_ptr, row_off, sc_ptr, sc_row_off, tok_ok, C: gl.constexpr):
 def decode_tables(zero):
     """The magnitude tables of ``DECODE_ASM`` as (TILE, 8) int32 tensors, made from ``zero``
     (an int32 0 the compiler cannot see through, so they live in ordinary registers)."""
-    word_l: gl.constexpr = chunk_word_layout(2)
-    base = gl.full([TILE, 8], 0, gl.int32, word_l) + zero
+    return tables_like(zero, gl.full([TILE, 8], 0, gl.int32, chunk_word_layout(2)))
+
+
+@gluon.jit
+def tables_like(zero, like):
+    """The magnitude tables of ``DECODE_ASM`` and ``COLUMNS_ASM`` as int32 tensors of ``like``'s shape
+    and layout, made from ``zero`` (as ``decode_tables``)."""
+    base = gl.full(like.shape, 0, gl.int32, like.type.layout) + zero
     return base + HI_TABLE_0, base + HI_TABLE_1, base + LO_TABLE_0, base + LO_TABLE_1
 
 
@@ -78,3 +89,27 @@ def decode_chunk(codes, scale, tables):
     j = gl.join(gl.join(gl.join(x0, x1), gl.join(x2, x3)), gl.join(gl.join(x4, x5), gl.join(x6, x7)))
     j = gl.permute(gl.reshape(j, JOIN_SHAPE.value), JOIN_ORDER.value)
     return gl.reshape(j, [TILE, 64])
+
+
+@gluon.jit
+def value_scales(scales, ROWS: gl.constexpr):
+    """The block scales of a value operand of 256 columns (``decode_columns``), (64 column quads,
+    TILE tokens) int16 in ``key_operand_layout(ROWS)``: element (j, t) is the E8M0 byte of token t's
+    block of columns 4j .. 4j+3. ``scales``: the 8 blocks' bytes as int16 (8, TILE), a shared-memory
+    view; each thread reads those of its own blocks and tokens, two tokens per load."""
+    s = scales.load(gl.SliceLayout(1, value_scale_layout()))
+    s = gl.reshape(gl.expand_dims(s, 1).broadcast_to([8, 8, TILE]), [64, TILE])
+    return gl.convert_layout(s, key_operand_layout(ROWS), assert_trivial=True)
+
+
+@gluon.jit
+def decode_columns(quads, scales, tables):
+    """The values of ``quads`` (64, TILE) int16, element (j, t) = the code bytes of columns 4j .. 4j+3
+    of token t (a transposed view of the raw rows), in a layout that keeps tokens t, t+1 (t even) of
+    one j in one register (the wgmma A operand's ``k_width=2``), scaled by ``scales`` (same shape
+    and layout, ``value_scales``): four (64, TILE) bf16 tensors, the values of columns 4j + i,
+    i = 0..3, in the same layout; ``tables`` from ``tables_like`` of an int32 tensor of that
+    layout."""
+    return gl.inline_asm_elementwise(COLUMNS_ASM, "=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r",
+                                     [quads, scales, tables[0], tables[1], tables[2], tables[3]],
+                                     dtype=(gl.bfloat16, ) * 4, is_pure=True, pack=2)

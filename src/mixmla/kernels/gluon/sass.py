@@ -24,7 +24,8 @@ def _bin(name: str) -> str:
 class KernelFacts:
     """registers: per thread; spill_bytes: ptxas spill stores; shared: bytes of dynamic shared
     memory; wgmma: wgmma.mma_async instructions in the PTX; loop_instructions: SASS instructions in
-    the hot loop; loop_local: local-memory instructions (STL/LDL) in it; loop_ops: its opcodes."""
+    the hot loop (``hot_loop``); loop_local: local-memory instructions (STL/LDL) in all the tile loops
+    (``tile_loops``); loop_ops: the hot loop's opcodes."""
 
     registers: int
     spill_bytes: int
@@ -50,20 +51,43 @@ def _sass_instructions(cubin: bytes) -> list[tuple[int, str]]:
     return out
 
 
-def hot_loop(instructions: list[tuple[int, str]]) -> list[str]:
-    """The instructions of the innermost loop (target .. backward branch) that holds the most
-    matrix instructions (HGMMA) of a SASS listing: the kernel's tile loop."""
+def _loops(instructions: list[tuple[int, str]]) -> list[tuple[int, int]]:
+    """(first, last) instruction indices of every loop of a SASS listing (target .. backward branch)."""
     index = {addr: i for i, (addr, _) in enumerate(instructions)}
-    best, best_key = (0, -1), (0, 0)
+    loops = []
     for i, (addr, text) in enumerate(instructions):
         m = re.search(r"BRA\s+(0x[0-9a-f]+)", text)
         if m:
             target = int(m.group(1), 16)
             if target < addr and target in index:
-                body = instructions[index[target]:i + 1]
-                key = (sum("HGMMA" in t for _, t in body), -len(body))
-                if key > best_key:
-                    best, best_key = (index[target], i), key
+                loops.append((index[target], i))
+    return loops
+
+
+def tile_loops(instructions: list[tuple[int, str]]) -> list[tuple[int, int]]:
+    """The loops that hold matrix instructions (HGMMA), shortest first, leaving out any that overlaps
+    one already taken: a kernel's tile loops (one per warpgroup's code in a warp-specialized
+    kernel). Overlap, not nesting: ptxas may lay out an outer loop's backward branch so that its
+    range starts inside an inner loop."""
+    def hgmma(loop):
+        return sum("HGMMA" in t for _, t in instructions[loop[0]:loop[1] + 1])
+
+    taken = []
+    for lp in sorted((lp for lp in _loops(instructions) if hgmma(lp)), key=lambda lp: lp[1] - lp[0]):
+        if not any(lp[0] <= o[1] and o[0] <= lp[1] for o in taken):
+            taken.append(lp)
+    return sorted(taken)
+
+
+def hot_loop(instructions: list[tuple[int, str]]) -> list[str]:
+    """The instructions of the tile loop (``tile_loops``) that holds the most matrix instructions
+    (the shorter of equals)."""
+    best, best_key = (0, -1), (0, 0)
+    for first, last in tile_loops(instructions):
+        body = instructions[first:last + 1]
+        key = (sum("HGMMA" in t for _, t in body), -len(body))
+        if key > best_key:
+            best, best_key = (first, last), key
     return [text for _, text in instructions[best[0]:best[1] + 1]]
 
 
@@ -79,7 +103,13 @@ def kernel_facts(kernel) -> KernelFacts:
         os.unlink(f.name)
     regs = int(re.findall(r"Used (\d+) registers", r.stderr)[-1])
     spills = int(re.findall(r"(\d+) bytes spill stores", r.stderr)[-1])
-    loop = hot_loop(_sass_instructions(kernel.asm["cubin"]))
-    ops = Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for t in loop)
-    return KernelFacts(regs, spills, kernel.metadata.shared, ptx.count("wgmma.mma_async"), len(loop),
-                       ops["STL"] + ops["LDL"], ops)
+    instructions = _sass_instructions(kernel.asm["cubin"])
+    loop = hot_loop(instructions)
+    ops = Counter(_opcode(t) for t in loop)
+    local = sum(_opcode(t) in ("STL", "LDL") for first, last in tile_loops(instructions)
+                for _, t in instructions[first:last + 1])
+    return KernelFacts(regs, spills, kernel.metadata.shared, ptx.count("wgmma.mma_async"), len(loop), local, ops)
+
+
+def _opcode(text: str) -> str:
+    return re.sub(r"^@!?U?P\w+\s+", "", text).split()[0].split(".")[0]
