@@ -1,5 +1,7 @@
 """The Hopper (sm_90a) decode kernel for contiguous fp8 and MXFP4 caches: whole tiles staged by the
 copy engine into two warpgroups of one program per SM, the values read from the staged bytes.
+It serves contiguous fp8; its MXFP4 form is built on request (``compile.staged``), being slower
+than ``decode`` so far.
 
 The work split, the tile loop's softmax, and the output and merge of cut requests are those of
 ``decode`` (same request walk over a persistent cooperative grid, same ``_write_request``). What
