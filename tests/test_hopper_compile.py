@@ -28,7 +28,7 @@ def facts(job):
     k = compile_decode(spec, staged_kernel)
     f = kernel_facts(k)
     ptx = k.asm["ptx"]
-    return {"spec": spec.constexprs(), "staged": staged(spec) if staged_kernel is None else staged_kernel,
+    return {"spec": spec.constexprs(), "staged": staged(spec, staged_kernel),
             "served": staged_kernel is None, "registers": f.registers,
             "spill_bytes": f.spill_bytes, "shared": f.shared, "wgmma": f.wgmma,
             "loop_instructions": f.loop_instructions, "loop_local": f.loop_local,

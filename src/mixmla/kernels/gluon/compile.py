@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass
 
 from ..constants import FMT_FP8
 
-
 #: The kernel's parameters in order with their Triton types ("constexpr" for specialization
 #: constants). Pointer arguments are 16-byte aligned (checked on the host before a launch).
 SIGNATURE = {
@@ -57,25 +56,27 @@ class KernelSpec:
         return asdict(self)
 
 
-def staged(spec: KernelSpec) -> bool:
-    """Whether ``spec`` is served by ``decode_tma`` (contiguous fp8: tiles staged by TMA, one program
-    of two warpgroups per SM) rather than ``decode`` (two programs of one warpgroup per SM).
-    ``decode_tma`` also reads contiguous MXFP4 caches, but is slower there than ``decode`` so far
-    (docs/PERF.md, design log step 89): ``compile_decode(spec, staged_kernel=True)`` builds it."""
+def staged(spec: KernelSpec, staged_kernel: bool | None = None) -> bool:
+    """Whether ``spec`` is compiled from ``decode_tma`` (tiles staged by TMA, one program of two
+    warpgroups per SM) rather than ``decode`` (two programs of one warpgroup per SM):
+    ``staged_kernel`` where given (True needs PAGED 0), else the kernel that serves ``spec``,
+    ``decode_tma`` for contiguous fp8. ``decode_tma`` also reads contiguous MXFP4 caches, but is
+    slower there than ``decode`` so far (docs/PERF.md, design log step 89)."""
+    if staged_kernel is not None:
+        return bool(staged_kernel)
     return spec.FORMAT == FMT_FP8.value and spec.PAGED == 0
 
 
 @functools.lru_cache(maxsize=None)
 def compile_decode(spec: KernelSpec, staged_kernel: bool | None = None):
     """The compiled kernel for ``spec`` (sm_90a cubin and PTX in ``.asm``): ``decode_tma``'s where
-    ``staged_kernel`` (default ``staged(spec)``; True needs PAGED 0), else ``decode``'s.
-    ``NUM_WARPS`` is a program's for ``decode`` and the default
-    partition's for ``decode_tma`` (its worker adds four)."""
+    ``staged(spec, staged_kernel)``, else ``decode``'s. ``NUM_WARPS`` is a program's for ``decode``
+    and the default partition's for ``decode_tma`` (its worker adds four)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    if staged(spec) if staged_kernel is None else staged_kernel:
+    if staged(spec, staged_kernel):
         from .decode_tma import mla_decode_hopper_tma_kernel as kernel
     else:
         from .decode import mla_decode_hopper_kernel as kernel

@@ -53,9 +53,9 @@ from ..constants import FMT_FP8, FMT_MXFP4, LOG2E
 from . import fp8, mxfp4
 from .decode import (_finish, _load_query, _opaque_zero, _piece_tiles, _program_units, _query_multiplier,
                      _request_bounds, _stage_query, _tile_max, _write_request)
-from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, key_operand_layout, mxfp4_scale_layout, p_layout,
-                      q_layout, score_layout, staged_chunks_layout, staged_columns_layout, staged_rows_layout,
-                      to_key_operand)
+from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, key_operand_layout,
+                      mxfp4_scale_layout, p_layout, q_layout, score_layout, staged_chunks_layout,
+                      staged_columns_layout, staged_rows_layout, to_key_operand)
 
 #: Registers per thread of the worker warpgroup (``setmaxnreg``); the default one takes the rest
 #: of the SM's 64 K (one program of 256 threads per SM).
@@ -180,12 +180,14 @@ def _scale_layout(blocks):
 
 
 @gluon.jit
-def _load_scales(sc_ptr, sc_stride, row0, valid, live):
-    """E8M0 bytes of the MXFP4 tile of cache rows ``row0 ..``: blocks 0-15 (16, TILE) and 16-17
-    (2, TILE) uint8, rows ``valid`` .. and all rows unless ``live`` 0 (so the tile's values past its
-    request decode to zeros, whatever its codes hold)."""
-    return (_load_scale_blocks(sc_ptr, sc_stride, row0, valid, live, 0, 16),
-            _load_scale_blocks(sc_ptr, sc_stride, row0, valid, live, 16, 2))
+def _load_scales(sc_ptr, sc_stride, first_row, kv_len, t, end):
+    """E8M0 bytes of tile ``t`` of a request whose rows start at cache row ``first_row``: blocks 0-15
+    (16, TILE) and 16-17 (2, TILE) uint8; 0 for rows past ``kv_len`` and for every row unless
+    ``t < end`` (so the tile's values past its request decode to zeros, whatever its codes hold)."""
+    row0 = first_row + t * TILE
+    valid = kv_len - t * TILE
+    return (_load_scale_blocks(sc_ptr, sc_stride, row0, valid, t < end, 0, 16),
+            _load_scale_blocks(sc_ptr, sc_stride, row0, valid, t < end, 16, 2))
 
 
 @gluon.jit
@@ -284,10 +286,7 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
     if FORMAT == FMT_FP8:
         kscale = gl.load(fp8_scale_ptr)
     else:
-        # A 0 read from shared memory: the tables then live in ordinary registers (prmt reads its
-        # table operands from them; in uniform registers they are copied out before every use).
-        one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-        zero = gl.sum(zero_smem.load(one), axis=0)
+        zero = mxfp4.shared_zero(zero_smem)
         key_tables = mxfp4.decode_tables(zero)
         value_tables = mxfp4.tables_like(zero, gl.full([64, TILE], 0, gl.int32, key_operand_layout(ROWS)))
     n_rows = gl.load(kv_indptr + batch)
@@ -320,8 +319,7 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
             if FORMAT == FMT_MXFP4:
                 # A tile's scale bytes are loaded into registers a tile before they are stored in its
                 # scale buffer (at the start of the tile before it, after the barrier that frees it).
-                scales = _load_scales(sc_ptr, sc_stride, first_row + my_begin * TILE, kv_len - my_begin * TILE,
-                                      my_begin < my_end)
+                scales = _load_scales(sc_ptr, sc_stride, first_row, kv_len, my_begin, my_end)
             q_rows = _load_query(q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
             if WG == 0:
                 # Warpgroup 1 no longer reads the query buffer: its previous handoff was read at
@@ -336,8 +334,7 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
             _both_warpgroups(Q_READY)
             if FORMAT == FMT_MXFP4:
                 _store_scales(scales, sc_buf, it % 2)
-                scales = _load_scales(sc_ptr, sc_stride, first_row + (my_begin + 1) * TILE,
-                                      kv_len - (my_begin + 1) * TILE, my_begin + 1 < my_end)
+                scales = _load_scales(sc_ptr, sc_stride, first_row, kv_len, my_begin + 1, my_end)
             qk = (sm_scale * LOG2E * kscale) / gl.convert_layout(q_mult, gl.SliceLayout(0, acc_l))
             last_visible = kv_len - q_len + n // H
             row_ok = n < q_len * H
@@ -357,8 +354,7 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
                             first_row + (t + 1) * TILE, t + 1 < my_end)
                 if FORMAT == FMT_MXFP4:
                     _store_scales(scales, sc_buf, 1 - slot)
-                    scales = _load_scales(sc_ptr, sc_stride, first_row + (t + 2) * TILE, kv_len - (t + 2) * TILE,
-                                          t + 2 < my_end)
+                    scales = _load_scales(sc_ptr, sc_stride, first_row, kv_len, t + 2, my_end)
                 mbarrier.wait(tma_bars.index(slot), (it // 2) % 2)
                 if FORMAT == FMT_FP8:
                     if (t + 1) * TILE > kv_len:
@@ -463,9 +459,7 @@ def mla_decode_hopper_tma_kernel(
         sc_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
         sc0 = gl.allocate_shared_memory(gl.int16, [SLOTS, SCALE_BLOCKS, TILE], sc_l)
         sc1 = gl.allocate_shared_memory(gl.int16, [SLOTS, SCALE_BLOCKS, TILE], sc_l)
-        one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-        zero_smem = gl.allocate_shared_memory(gl.int32, [128], gl.SwizzledSharedLayout(1, 1, 1, [0]),
-                                              gl.zeros([128], gl.int32, one))
+        zero_smem = mxfp4.zero_buffer()
     else:  # never read
         sc0 = q_smem
         sc1 = q_smem

@@ -105,7 +105,7 @@ def programs_per_sm(spec: KernelSpec, staged_kernel: bool | None = None) -> int:
     """Programs of ``spec``'s kernel (``compile_decode(spec, staged_kernel)``) that run on one SM at
     once (shared memory and registers): one of two warpgroups for ``decode_tma``, two of one
     warpgroup for ``decode``."""
-    return 1 if (staged(spec) if staged_kernel is None else staged_kernel) else PROGRAMS_PER_SM
+    return 1 if staged(spec, staged_kernel) else PROGRAMS_PER_SM
 
 
 def _scratch_floats(programs: int, scratch_per_program: int) -> int:

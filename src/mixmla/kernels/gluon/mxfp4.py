@@ -59,6 +59,23 @@ def load_chunk(kv_ptr, row_off, sc_ptr, sc_row_off, tok_ok, C: gl.constexpr):
 
 
 @gluon.jit
+def zero_buffer():
+    """An int32 0 in shared memory (allocated by the kernel before its work) for ``shared_zero``."""
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    return gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]),
+                                     gl.zeros([1], gl.int32, one))
+
+
+@gluon.jit
+def shared_zero(zero_smem):
+    """The 0 of ``zero_buffer`` as read from shared memory: tables made from it (``decode_tables``,
+    ``tables_like``) live in ordinary registers (prmt reads its table operands from them; in
+    uniform registers they are copied out before every use)."""
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    return gl.sum(zero_smem.load(one), axis=0)
+
+
+@gluon.jit
 def decode_tables(zero):
     """The magnitude tables of ``DECODE_ASM`` as (TILE, 8) int32 tensors, made from ``zero``
     (an int32 0 the compiler cannot see through, so they live in ordinary registers)."""
