@@ -20,16 +20,15 @@ SCRIPT = r"""
 import json, multiprocessing, os, sys
 from concurrent.futures import ProcessPoolExecutor
 from mixmla.kernels.gluon.compile import compile_decode, KernelSpec, staged
-from mixmla.kernels.gluon.launch import shipped_specs
+from mixmla.kernels.gluon.launch import shipped_kernels, shipped_specs
 from mixmla.kernels.gluon.sass import kernel_facts
 
 def facts(job):
-    spec, staged_kernel = job
+    spec, staged_kernel, served = job
     k = compile_decode(spec, staged_kernel)
     f = kernel_facts(k)
     ptx = k.asm["ptx"]
-    return {"spec": spec.constexprs(), "staged": staged(spec, staged_kernel),
-            "served": staged_kernel is None, "registers": f.registers,
+    return {"spec": spec.constexprs(), "staged": staged(spec, staged_kernel), "served": served, "registers": f.registers,
             "spill_bytes": f.spill_bytes, "shared": f.shared, "wgmma": f.wgmma,
             "loop_instructions": f.loop_instructions, "loop_local": f.loop_local,
             "loop_hgmma": f.loop_ops["HGMMA"], "prefetch": ptx.count("cp.async.bulk.prefetch.L2.global"),
@@ -41,8 +40,8 @@ def facts(job):
 if __name__ == "__main__":
     # One compile per core: the specializations are independent. Besides the shipped ones, the
     # staged kernel's form for contiguous MXFP4 caches, which no layout is served by yet.
-    jobs = [(s, None) for s in shipped_specs()]
-    jobs += [(s, True) for s in shipped_specs() if s.FORMAT == 2 and s.PAGED == 0]
+    jobs = [(s, k, True) for s, k in shipped_kernels()]
+    jobs += [(s, True, False) for s in shipped_specs() if s.FORMAT == 2 and s.PAGED == 0]
     with ProcessPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1)),
                              mp_context=multiprocessing.get_context("fork")) as pool:
         out = list(pool.map(facts, jobs))
@@ -59,8 +58,11 @@ def compiled():
 
 
 def test_every_shipped_configuration_compiles(compiled):
-    from mixmla.kernels.gluon.launch import shipped_specs
-    assert sum(k["served"] for k in compiled) == len(shipped_specs()) > 0
+    from mixmla.kernels.gluon.launch import shipped_kernels, shipped_specs
+    assert sum(k["served"] for k in compiled) == len(shipped_kernels()) > len(shipped_specs())
+    # fp8 pages of at least a tile are read by the staged kernel, smaller ones by ``decode``.
+    paged_fp8 = [k["staged"] for k in compiled if k["served"] and k["spec"]["FORMAT"] == 1 and k["spec"]["PAGED"]]
+    assert sorted(set(paged_fp8)) == [False, True] and paged_fp8.count(True) == paged_fp8.count(False)
 
 
 def test_programs_fit_an_sm(compiled):
@@ -88,17 +90,20 @@ def test_matrix_products_on_wgmma_in_the_tile_loop(compiled):
 
 
 def test_contiguous_cache_rows_reach_shared_memory_ahead_of_use(compiled):
-    """Contiguous tiles come by TMA (per tile and warpgroup five copies for fp8, three for MXFP4,
-    of warp-specialized warpgroups with their register budgets set: ``setmaxnreg``) with the
-    tensor descriptors in the workspace's global scratch, and no L2 prefetch (it slowed the
-    copies); paged fp8 loads prefetch the rows of the tile after next into L2; MXFP4 in ``decode``
-    neither (measured slower with a prefetch). Contiguous MXFP4 is served by ``decode`` (its staged
-    form is not yet faster)."""
+    """fp8 tiles, contiguous or in pages of at least a tile, come by TMA (per tile and warpgroup
+    five copies for fp8, three for MXFP4, of warp-specialized warpgroups with their register
+    budgets set: ``setmaxnreg``) with the tensor descriptors in the workspace's global scratch, and
+    no L2 prefetch (it slowed the copies); fp8 in smaller pages is loaded by ``decode``, which
+    prefetches the rows of the tile after next into L2; MXFP4 in ``decode`` neither (measured
+    slower with a prefetch). MXFP4 is served by ``decode`` (its staged form is not yet faster)."""
     from mixmla.kernels.constants import FMT_FP8
     from mixmla.kernels.gluon.decode_tma import SCRATCH_PER_PROGRAM
     for k in compiled:
         fp8 = k["spec"]["FORMAT"] == FMT_FP8.value
-        assert k["staged"] == (k["spec"]["PAGED"] == 0 and (fp8 or not k["served"])), k
+        if not fp8:
+            assert k["staged"] == (k["spec"]["PAGED"] == 0 and not k["served"]), k
+        elif not k["spec"]["PAGED"]:
+            assert k["staged"], k
         if k["staged"]:
             # Each warpgroup issues a tile's copies before its loop and in it.
             assert k["tma_copies"] == 2 * 2 * (5 if fp8 else 3) and k["setmaxnreg"] >= 2 and k["prefetch"] == 0, k

@@ -143,9 +143,10 @@ def test_scores_rising_across_tiles(fmt):
 def test_paged_cache_gives_the_contiguous_bits(fmt, page_size):
     """A request's tokens read through a block table or CSR page indices from shuffled pages: the
     tiles hold the same tokens in the same order, so the result is the same for both table forms,
-    bit for bit, and within the strict check of the reference (bitwise the contiguous result for
-    MXFP4; fp8's contiguous cache is read by the staged kernel, ``decode_tma``, whose bits differ:
-    its warpgroups sum halves of a piece apart)."""
+    bit for bit, and within the strict check of the reference; bitwise the contiguous result where
+    one kernel reads both (MXFP4: ``decode``; fp8 in pages of at least a tile: the staged kernel,
+    ``decode_tma``). fp8 in smaller pages is read by ``decode``, whose bits differ from the staged
+    kernel's (its warpgroups sum halves of a piece apart)."""
     HopperDecoder = _hopper()
     gen = torch.Generator().manual_seed(page_size)
     q, kv, qo_indptr, kv_indptr, _ = generate_ragged(9, 1, 3000, seed=100 + page_size, device="cuda")
@@ -155,20 +156,61 @@ def test_paged_cache_gives_the_contiguous_bits(fmt, page_size):
     want = _run(HopperDecoder(9, 16, fmt, q.device, programs=20), q, cache, kv_indptr, qo_indptr)
     _check(q, cache, kv_indptr, qo_indptr, *want)
     # The paged kernel's own bits: its block-table form, checked, then the CSR form.
-    decoder = HopperDecoder(9, 16, fmt, q.device, programs=20, paged=1)
+    decoder = HopperDecoder(9, 16, fmt, q.device, programs=20, paged=1, page_size=page_size)
+    assert decoder.staged == (fmt == "fp8" and page_size >= 64)
     pages = batch.block_pages
+    contiguous = want
     want = (torch.full_like(want[0], float("nan")), torch.full_like(want[1], float("nan")))
     decoder.launch(q, batch.cache.rows, pages.seq_lens, qo_indptr, *want, default_sm_scale(),
                    table=pages.table, page_indptr=pages.page_indptr, page_size=page_size)
     _check(q, cache, kv_indptr, qo_indptr, *want)
+    if fmt == "mxfp4" or page_size >= 64:
+        assert torch.equal(want[0].view(torch.int16), contiguous[0].view(torch.int16))
+        assert torch.equal(want[1], contiguous[1])
     for form, pages in ((1, batch.block_pages), (2, batch.csr_pages)):
-        decoder = HopperDecoder(9, 16, fmt, q.device, programs=20, paged=form)
+        decoder = HopperDecoder(9, 16, fmt, q.device, programs=20, paged=form, page_size=page_size)
         out = torch.full_like(want[0], float("nan"))
         lse = torch.full_like(want[1], float("nan"))
         decoder.launch(q, batch.cache.rows, pages.seq_lens, qo_indptr, out, lse, default_sm_scale(),
                        table=pages.table, page_indptr=pages.page_indptr, page_size=page_size)
         assert torch.equal(out.view(torch.int16), want[0].view(torch.int16)), f"paged form {form}"
         assert torch.equal(lse, want[1]), f"paged form {form}"
+
+
+@pytest.mark.parametrize("page_size", [16, 64, 128])
+@pytest.mark.parametrize("entry", [-1, "num_pages"])
+def test_page_entries_outside_the_pool_read_zeros(page_size, entry):
+    """An fp8 page entry outside the pool (the caller's error: the checked entry points refuse it)
+    reads nothing outside it: that page's tokens read as zero rows, on ``decode`` (pages smaller
+    than a tile) and on the staged kernel (a copy past the pool's rows)."""
+    from mixmla.formats import Fp8Cache
+    HopperDecoder = _hopper()
+    q, kv, qo_indptr, kv_indptr, _ = generate_input(3, 1, 1000, seed=31 + page_size, device="cuda")
+    cache = as_cache(kv["fp8"])
+    batch = scatter_to_pages(cache, kv_indptr, page_size, generator=torch.Generator().manual_seed(3), spare_pages=4)
+    pages = batch.block_pages
+    table = pages.table.clone()
+    table[1, 2] = -1 if entry == -1 else batch.cache.num_pages
+    decoder = HopperDecoder(3, 16, "fp8", q.device, paged=1, page_size=page_size)
+    out = torch.full((q.shape[0], 16, 512), float("nan"), dtype=torch.bfloat16, device=q.device)
+    lse = torch.full((q.shape[0], 16), float("nan"), dtype=torch.float32, device=q.device)
+    decoder.launch(q, batch.cache.rows, pages.seq_lens, qo_indptr, out, lse, default_sm_scale(), table=table,
+                   page_size=page_size)
+    seen = cache.data.clone()
+    first = int(kv_indptr[1]) + 2 * page_size
+    seen[first:first + page_size] = torch.zeros((), dtype=seen.dtype, device=seen.device)
+    _check(q, Fp8Cache(seen, cache.scale), kv_indptr, qo_indptr, out, lse)
+
+
+def test_a_decoder_for_whole_tile_pages_refuses_smaller_pages():
+    HopperDecoder = _hopper()
+    decoder = HopperDecoder(2, 16, "fp8", torch.device("cuda"), paged=1, page_size=64)
+    q, kv, qo_indptr, kv_indptr, _ = generate_input(2, 1, 100, seed=5, device="cuda")
+    batch = scatter_to_pages(as_cache(kv["fp8"]), kv_indptr, 16)
+    out = torch.empty((2, 16, 512), dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="page_size"):
+        decoder.launch(q, batch.cache.rows, batch.block_pages.seq_lens, qo_indptr, out, None, default_sm_scale(),
+                       table=batch.block_pages.table, page_size=16)
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])

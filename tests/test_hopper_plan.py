@@ -220,7 +220,7 @@ def test_the_staged_fp8_kernel_gets_its_global_scratch_from_the_workspace(hopper
             calls.append(("direct", args))
 
     def compiled(spec, staged_kernel=None):
-        k = _Recorder(spec, calls, scratch=512 if staged(spec) else 0)
+        k = _Recorder(spec, calls, scratch=512 if staged(spec, staged_kernel) else 0)
         k.run = KnownLauncher()
         return k
 

@@ -56,15 +56,21 @@ class KernelSpec:
         return asdict(self)
 
 
-def staged(spec: KernelSpec, staged_kernel: bool | None = None) -> bool:
+#: Tokens of a tile: ``decode_tma`` reads pages of at least this many tokens.
+TILE_TOKENS = 64
+
+
+def staged(spec: KernelSpec, staged_kernel: bool | None = None, page_size: int = 0) -> bool:
     """Whether ``spec`` is compiled from ``decode_tma`` (tiles staged by TMA, one program of two
     warpgroups per SM) rather than ``decode`` (two programs of one warpgroup per SM):
-    ``staged_kernel`` where given (True needs PAGED 0), else the kernel that serves ``spec``,
-    ``decode_tma`` for contiguous fp8. ``decode_tma`` also reads contiguous MXFP4 caches, but is
-    slower there than ``decode`` so far (docs/PERF.md, design log step 89)."""
+    ``staged_kernel`` where given (True needs fp8 or PAGED 0, and pages of at least
+    ``TILE_TOKENS``), else the kernel that serves ``spec`` for pages of ``page_size`` tokens (0:
+    contiguous): ``decode_tma`` for fp8, contiguous or in pages of at least a tile. ``decode_tma``
+    also reads contiguous MXFP4 caches, but is slower there than ``decode`` so far (docs/PERF.md,
+    design log step 89)."""
     if staged_kernel is not None:
         return bool(staged_kernel)
-    return spec.FORMAT == FMT_FP8.value and spec.PAGED == 0
+    return spec.FORMAT == FMT_FP8.value and (spec.PAGED == 0 or page_size >= TILE_TOKENS)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,7 +1,8 @@
-"""The Hopper (sm_90a) decode kernel for contiguous fp8 and MXFP4 caches: whole tiles staged by the
-copy engine into two warpgroups of one program per SM, the values read from the staged bytes.
-It serves contiguous fp8; its MXFP4 form is built on request (``compile.staged``), being slower
-than ``decode`` so far.
+"""The Hopper (sm_90a) decode kernel for fp8 caches, contiguous or in pages of at least a tile (64
+tokens), and contiguous MXFP4 caches: whole tiles staged by the copy engine into two warpgroups of
+one program per SM, the values read from the staged bytes. It serves fp8 (smaller pages go to
+``decode``, whose rows are loaded one by one); its MXFP4 form is built on request
+(``compile.staged``), being slower than ``decode`` so far.
 
 The work split, the tile loop's softmax, and the output and merge of cut requests are those of
 ``decode`` (same request walk over a persistent cooperative grid, same ``_write_request``). What
@@ -26,9 +27,11 @@ the query:
   scaled by the two rows' block scales. Each is an A operand of 64 columns. No decoded value is
   written to or read from shared memory, which ``decode`` spends 2 KB of shared-memory traffic
   per token on.
-- Rows of a tile past its request (the next request's, or the copy's zeros past the cache) are
-  zeroed in shared memory after the copy lands (fp8), or get zero scales (MXFP4), so neither
-  product sees them.
+- Rows of a tile past its request (the next request's, or its page's unused rows, or the copy's
+  zeros past the cache) are zeroed in shared memory after the copy lands (fp8), or get zero
+  scales (MXFP4), so neither product sees them.
+- Paged: a tile's page entry is read a tile before its copy is issued, so the copy does not wait
+  for it; an entry outside the pool points the copy past the pool's rows, where it reads zeros.
 - The query is staged once per request, by warpgroup 0, for both (warpgroup 1 computes the rows'
   multipliers of ``_stage_query`` from the same rows).
 - At the end of a request piece, warpgroup 1 hands its half's maximum, sum and accumulators to
@@ -50,7 +53,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 
 from ..constants import FMT_FP8, FMT_MXFP4, LOG2E
-from . import fp8, mxfp4
+from . import fp8, mxfp4, paging
 from .decode import (_finish, _load_query, _opaque_zero, _piece_tiles, _program_units, _query_multiplier,
                      _request_bounds, _stage_query, _tile_max, _write_request)
 from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, key_operand_layout,
@@ -260,10 +263,10 @@ def _value_columns(FORMAT: gl.constexpr, raw, slot, p: gl.constexpr, ROWS: gl.co
 
 @gluon.jit
 def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr,
-          kv_indptr, qo_indptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr,
+          kv_indptr, qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr,
           counter_ptr, batch, sm_scale, q_smem, ml_smem, hand, p_all, red_smem, raw, raw_last, sc_buf, zero_smem,
           tma_bars, H: gl.constexpr, ROWS: gl.constexpr, FORMAT: gl.constexpr, BLOCK_B: gl.constexpr,
-          C0: gl.constexpr, WRITE_LSE: gl.constexpr):
+          C0: gl.constexpr, WRITE_LSE: gl.constexpr, PAGED: gl.constexpr):
     """Warpgroup ``WG`` of a program (0: the default partition, which stages the query and writes;
     1: the worker): ``decode``'s request walk over its half of each piece's tiles. Its own shared
     buffers: ``p_all``, ``red_smem``, ``raw`` / ``raw_last`` (SLOTS staged tiles: the value chunks
@@ -278,8 +281,8 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
     MMA_DT: gl.constexpr = gl.float16 if FORMAT == FMT_FP8 else gl.bfloat16
     pid = gl.program_id(0)
     num_programs = gl.num_programs(0)
-    bi, cost, cum, total, u_begin, u_end = _program_units(pid, num_programs, kv_indptr, kv_indptr, 0, 0, batch,
-                                                          BLOCK_B, C0, 0)
+    bi, cost, cum, total, u_begin, u_end = _program_units(pid, num_programs, kv_indptr, page_indptr, max_pages,
+                                                          page_shift, batch, BLOCK_B, C0, PAGED)
     kscale = 1.0
     key_tables = ()
     value_tables = ()
@@ -289,7 +292,11 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
         zero = mxfp4.shared_zero(zero_smem)
         key_tables = mxfp4.decode_tables(zero)
         value_tables = mxfp4.tables_like(zero, gl.full([64, TILE], 0, gl.int32, key_operand_layout(ROWS)))
-    n_rows = gl.load(kv_indptr + batch)
+    # The rows the copies may read: those of the requests, or the pool's.
+    if PAGED == 0:
+        n_rows = gl.load(kv_indptr + batch)
+    else:
+        n_rows = num_pages << page_shift
     desc_group = tma.make_tensor_descriptor(kv_ptr, [NUM_CHUNKS, n_rows, W], [W, kv_stride, 1], [G, TILE, W],
                                             staged_chunks_layout(W))
     desc_last = tma.make_tensor_descriptor(kv_ptr, [NUM_CHUNKS, n_rows, W], [W, kv_stride, 1], [1, TILE, W],
@@ -302,8 +309,8 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
         b_last = gl.sum((cum < u_end).to(gl.int32), axis=0)
         for b in range(b_first, b_last + 1):
             start_b, cum_b, first, nparts = _request_bounds(b, bi, cum, cost, num_programs, total)
-            first_row = gl.load(kv_indptr + b)
-            kv_len = gl.load(kv_indptr + b + 1) - first_row
+            first_row, kv_len = paging.request_tokens(b, kv_indptr, page_indptr, page_stride, max_pages, page_shift,
+                                                      PAGED)
             q_lo = gl.load(qo_indptr + b)
             q_len = gl.load(qo_indptr + b + 1) - q_lo
             t_begin, t_end = _piece_tiles(u_begin, u_end, start_b, cum_b, kv_len, C0)
@@ -315,7 +322,11 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
                 my_begin = mid
                 my_end = t_end
             _issue_tile(FORMAT, desc_group, desc_last, tma_bars.index(it % 2), raw, raw_last, it % 2,
-                        first_row + my_begin * TILE, my_begin < my_end)
+                        paging.tile_start(pages_ptr, first_row, my_begin, my_begin < my_end, num_pages, page_shift,
+                                          PAGED), my_begin < my_end)
+            # Paged: the next tile's first row, its page entry read a tile before the copy needs it.
+            next_row = paging.tile_start(pages_ptr, first_row, my_begin + 1, my_begin + 1 < my_end, num_pages,
+                                         page_shift, PAGED)
             if FORMAT == FMT_MXFP4:
                 # A tile's scale bytes are loaded into registers a tile before they are stored in its
                 # scale buffer (at the start of the tile before it, after the barrier that frees it).
@@ -350,8 +361,14 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
                 # Every thread has read the other buffer (the previous tile): the next tile's
                 # copies go there now.
                 gl.thread_barrier()
+                if PAGED == 0:
+                    row_next = first_row + (t + 1) * TILE
+                else:
+                    row_next = next_row
+                    next_row = paging.tile_start(pages_ptr, first_row, t + 2, t + 2 < my_end, num_pages, page_shift,
+                                                 PAGED)
                 _issue_tile(FORMAT, desc_group, desc_last, tma_bars.index(1 - slot), raw, raw_last, 1 - slot,
-                            first_row + (t + 1) * TILE, t + 1 < my_end)
+                            row_next, t + 1 < my_end)
                 if FORMAT == FMT_MXFP4:
                     _store_scales(scales, sc_buf, 1 - slot)
                     scales = _load_scales(sc_ptr, sc_stride, first_row, kv_len, t + 2, my_end)
@@ -429,11 +446,12 @@ def mla_decode_hopper_tma_kernel(
 ):
     """Grid: (programs,), persistent, one program per SM; two warpgroups (4 warps each) per program.
 
-    ``decode.mla_decode_hopper_kernel``'s arguments (``compile.SIGNATURE``), for PAGED 0 only (the
-    page-table arguments are not read); kv_indptr[batch] must be the number of cache rows the
-    copies may read (at most the cache's rows).
+    ``decode.mla_decode_hopper_kernel``'s arguments (``compile.SIGNATURE``). Contiguous:
+    kv_indptr[batch] must be the number of cache rows the copies may read (at most the cache's
+    rows). Paged (fp8 only): pages of at least TILE tokens (``page_shift >= 6``), so that each
+    tile is one copy of consecutive rows of one page (``paging.tile_start``).
     """
-    gl.static_assert(PAGED == 0, "the staged kernel reads contiguous caches")
+    gl.static_assert(PAGED == 0 or FORMAT == FMT_FP8, "the staged kernel reads paged fp8 caches, not paged MXFP4")
     gl.static_assert(ROWS == 16, "the Hopper kernel covers 16 query rows per request")
     G: gl.constexpr = chunks_per_copy(FORMAT)
     W: gl.constexpr = chunk_words(FORMAT)
@@ -468,11 +486,11 @@ def mla_decode_hopper_tma_kernel(
     gl.thread_barrier()
     gl.warp_specialize([
         (_half, (0, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr, kv_indptr,
-                 qo_indptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr,
+                 qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr,
                  batch, sm_scale, q_smem, ml_smem, hand, p0, red0, raw0, last0, sc0, zero_smem, bars0,
-                 H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE)),
+                 H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE, PAGED)),
         (_half, (1, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr, kv_indptr,
-                 qo_indptr, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr,
+                 qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr,
                  batch, sm_scale, q_smem, ml_smem, hand, p1, red1, raw1, last1, sc1, zero_smem, bars1,
-                 H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE)),
+                 H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE, PAGED)),
     ], [4], [WORKER_REGISTERS])

@@ -15,7 +15,7 @@ import torch
 
 from ...formats import Fp8Cache, KVCache, Mxfp4Cache
 from ..backend import current_stream
-from .compile import SIGNATURE, KernelSpec, compile_decode, staged
+from .compile import SIGNATURE, TILE_TOKENS, KernelSpec, compile_decode, staged
 
 from ..constants import FMT_FP8, FMT_MXFP4
 ROWS = 16  #: query rows per request the kernel covers (heads x query tokens)
@@ -39,7 +39,7 @@ def _block_b(batch: int) -> int:
 
 
 def shipped_specs() -> list[KernelSpec]:
-    """Every kernel specialization ``HopperDecoder`` can ask for (CI compiles them all)."""
+    """Every kernel specialization ``HopperDecoder`` can ask for."""
     specs = []
     for fmt in (FMT_FP8.value, FMT_MXFP4.value):
         for block_b in (128, 256, 512, 1024):
@@ -48,6 +48,13 @@ def shipped_specs() -> list[KernelSpec]:
                     specs.append(KernelSpec(H=16, ROWS=ROWS, FORMAT=fmt, BLOCK_B=block_b, C0=REQUEST_COST_TILES,
                                             WRITE_LSE=write_lse, PAGED=paged))
     return specs
+
+
+def shipped_kernels() -> list[tuple[KernelSpec, bool]]:
+    """Every compiled kernel ``HopperDecoder`` can ask for, as ``(spec, staged)`` (CI compiles them
+    all): a paged fp8 specialization has two, for pages smaller than a tile and for the others."""
+    pages = (0, TILE_TOKENS)
+    return [(s, k) for s in shipped_specs() for k in sorted({staged(s, None, p) for p in pages})]
 
 
 def layout_unsupported(capability: tuple[int, int] | None, fmt: str, num_heads: int, rows_max: int,
@@ -101,11 +108,11 @@ def call_unsupported(q: torch.Tensor, out: torch.Tensor) -> str | None:
     return None
 
 
-def programs_per_sm(spec: KernelSpec, staged_kernel: bool | None = None) -> int:
-    """Programs of ``spec``'s kernel (``compile_decode(spec, staged_kernel)``) that run on one SM at
+def programs_per_sm(spec: KernelSpec, staged_kernel: bool | None = None, page_size: int = 0) -> int:
+    """Programs of the kernel ``staged(spec, staged_kernel, page_size)`` names that run on one SM at
     once (shared memory and registers): one of two warpgroups for ``decode_tma``, two of one
     warpgroup for ``decode``."""
-    return 1 if staged(spec, staged_kernel) else PROGRAMS_PER_SM
+    return 1 if staged(spec, staged_kernel, page_size) else PROGRAMS_PER_SM
 
 
 def _scratch_floats(programs: int, scratch_per_program: int) -> int:
@@ -151,16 +158,17 @@ class HopperDecoder:
     batch: requests; num_heads: H; fmt: 'fp8' or 'mxfp4'; device: a CUDA device; write_lse: also
     write the log-sum-exp; programs: size of the persistent grid (default: all that fit at once,
     ``programs_per_sm``); paged: the
-    page-table form ``launch`` gets (0 none, 1 block table, 2 CSR); allocate: make its own
-    ``workspace`` (otherwise every launch is given one); staged_kernel: ``compile_decode``'s (None:
-    the kernel that serves the layout; True: ``decode_tma`` for a contiguous MXFP4 cache, which
-    is not yet faster, for measurements and tests).
-    ``launch(...)`` writes ``out`` (and ``lse``).
+    page-table form ``launch`` gets (0 none, 1 block table, 2 CSR); page_size: tokens per page of
+    the paged caches it will read (a decoder for pages of at least ``TILE_TOKENS`` refuses smaller
+    ones); allocate: make its own ``workspace`` (otherwise every launch is given one);
+    staged_kernel: ``compile.staged``'s (None: the kernel that serves the layout; True:
+    ``decode_tma`` for a contiguous MXFP4 cache, which is not yet faster, for measurements and
+    tests). ``launch(...)`` writes ``out`` (and ``lse``).
     """
 
     def __init__(self, batch: int, num_heads: int, fmt: str, device: torch.device, write_lse: bool = True,
                  programs: int | None = None, paged: int = 0, allocate: bool = True,
-                 staged_kernel: bool | None = None):
+                 staged_kernel: bool | None = None, page_size: int = 0):
         self.batch = int(batch)
         self.num_heads = int(num_heads)
         # With its index: the launch asks for the current stream of exactly this device.
@@ -168,9 +176,11 @@ class HopperDecoder:
             torch.device("cuda", torch.cuda.current_device())
         self.spec = self.spec_of(self.batch, fmt, paged, self.num_heads, write_lse)
         self.format = self.spec.FORMAT
-        self.programs = programs or programs_per_sm(self.spec, staged_kernel) * torch.cuda.get_device_properties(
+        #: Whether the kernel is ``decode_tma``'s, whose paged form reads whole tiles of one page.
+        self.staged = staged(self.spec, staged_kernel, page_size)
+        self.programs = programs or programs_per_sm(self.spec, self.staged) * torch.cuda.get_device_properties(
             device).multi_processor_count
-        self.kernel = compile_decode(self.spec, staged_kernel)
+        self.kernel = compile_decode(self.spec, self.staged)
         #: Bytes of global scratch per program the kernel takes from the workspace.
         self.scratch_per_program = _scratch_of(self.kernel)
         self._dummy_scale = _unit_scale(self.device)
@@ -206,6 +216,9 @@ class HopperDecoder:
             offsets = page_indptr if self.spec.PAGED == 2 else table
             page_stride = table.stride(0) if self.spec.PAGED == 1 else 0
             max_pages = table.shape[1] if self.spec.PAGED == 1 else 0
+            if self.staged and page_size < TILE_TOKENS:
+                raise ValueError(f"page_size: this decoder reads pages of at least {TILE_TOKENS} tokens, got "
+                                 f"{page_size}")
             num_pages, page_shift = data.shape[0] // page_size, page_size.bit_length() - 1
         else:  # placeholders the contiguous kernel never reads
             pages = offsets = kv_indptr

@@ -120,3 +120,19 @@ def prefetch_rows(FORMAT_WORDS: gl.constexpr, ptr, kv_len, t, row_off, ok, row_s
         "{ .reg .pred p; .reg .u32 ln; mov.u32 ln, %laneid; and.b32 ln, ln, 3; setp.eq.u32 p, ln, 0; "
         "setp.ne.and.u32 p, $2, 0, p; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
         "=r,l,r", [ptr + row_off, size], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def tile_start(pages, first, t, live, num_pages, page_shift, PAGED: gl.constexpr):
+    """The first cache row (int32 scalar) of tile ``t``, for a copy of the tile's TILE rows at once:
+    contiguous rows, or pages of at least TILE tokens (``page_shift >= 6``), so that a tile lies in
+    one page. Where the tile's page entry is outside ``[0, num_pages)`` (or not ``live``): the pool's
+    row count, ``num_pages << page_shift``, from which the copy engine reads zeros, as the row loads
+    of ``tile_rows`` read nothing there."""
+    if PAGED == PAGED_NONE:
+        return first + t * TILE
+    else:
+        pos = t * TILE
+        page = gl.load(pages + first + (pos >> page_shift), mask=live, other=-1)
+        ok = page.to(gl.uint32, bitcast=True) < num_pages.to(gl.uint32, bitcast=True)
+        return gl.where(ok, (page << page_shift) | (pos & ((1 << page_shift) - 1)), num_pages << page_shift)
