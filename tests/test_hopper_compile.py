@@ -28,8 +28,8 @@ def facts(job):
     k = compile_decode(spec, staged_kernel)
     f = kernel_facts(k)
     ptx = k.asm["ptx"]
-    return {"spec": spec.constexprs(), "staged": staged(spec, staged_kernel), "served": served, "registers": f.registers,
-            "spill_bytes": f.spill_bytes, "shared": f.shared, "wgmma": f.wgmma,
+    return {"spec": spec.constexprs(), "staged": staged(spec, staged_kernel), "served": served,
+            "registers": f.registers, "spill_bytes": f.spill_bytes, "shared": f.shared, "wgmma": f.wgmma,
             "loop_instructions": f.loop_instructions, "loop_local": f.loop_local,
             "loop_hgmma": f.loop_ops["HGMMA"], "prefetch": ptx.count("cp.async.bulk.prefetch.L2.global"),
             "tma_copies": ptx.count("cp.async.bulk.tensor"), "setmaxnreg": ptx.count("setmaxnreg"),
