@@ -265,8 +265,9 @@ def _value_columns(FORMAT: gl.constexpr, raw, slot, p: gl.constexpr, ROWS: gl.co
 def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr,
           kv_indptr, qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr,
           stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale, q_smem,
-          ml_smem, hand, p_all, red_smem, raw, raw_last, sc_buf, zero_smem, tma_bars, H: gl.constexpr, ROWS: gl.constexpr, FORMAT: gl.constexpr, BLOCK_B: gl.constexpr,
-          C0: gl.constexpr, WRITE_LSE: gl.constexpr, PAGED: gl.constexpr):
+          ml_smem, hand, p_all, red_smem, raw, raw_last, sc_buf, zero_smem, tma_bars, H: gl.constexpr,
+          ROWS: gl.constexpr, FORMAT: gl.constexpr, BLOCK_B: gl.constexpr, C0: gl.constexpr, WRITE_LSE: gl.constexpr,
+          PAGED: gl.constexpr):
     """Warpgroup ``WG`` of a program (0: the default partition, which stages the query and writes;
     1: the worker): ``decode``'s request walk over its half of each piece's tiles. Its own shared
     buffers: ``p_all``, ``red_smem``, ``raw`` / ``raw_last`` (SLOTS staged tiles: the value chunks
@@ -487,10 +488,12 @@ def mla_decode_hopper_tma_kernel(
     gl.warp_specialize([
         (_half, (0, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr, kv_indptr,
                  qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr,
-                 stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale, q_smem, ml_smem, hand, p0, red0, raw0, last0, sc0, zero_smem, bars0,
+                 stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale,
+                 q_smem, ml_smem, hand, p0, red0, raw0, last0, sc0, zero_smem, bars0,
                  H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE, PAGED)),
         (_half, (1, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr, kv_indptr,
                  qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr,
-                 stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale, q_smem, ml_smem, hand, p1, red1, raw1, last1, sc1, zero_smem, bars1,
+                 stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale,
+                 q_smem, ml_smem, hand, p1, red1, raw1, last1, sc1, zero_smem, bars1,
                  H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE, PAGED)),
     ], [4], [WORKER_REGISTERS])
