@@ -33,6 +33,8 @@ def facts(job):
             "loop_instructions": f.loop_instructions, "loop_local": f.loop_local,
             "loop_hgmma": f.loop_ops["HGMMA"], "prefetch": ptx.count("cp.async.bulk.prefetch.L2.global"),
             "tma_copies": ptx.count("cp.async.bulk.tensor"), "setmaxnreg": ptx.count("setmaxnreg"),
+            "row_copies": ptx.count("cp.async.cg.shared.global"),
+            "row_arrivals": ptx.count("cp.async.mbarrier.arrive.noinc.shared.b64"),
             "scratch": k.metadata.global_scratch_size,
             "ldmatrix_trans": ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"),
             "stmatrix": ptx.count("stmatrix.sync.aligned")}
@@ -59,10 +61,13 @@ def compiled():
 
 def test_every_shipped_configuration_compiles(compiled):
     from mixmla.kernels.gluon.launch import shipped_kernels, shipped_specs
-    assert sum(k["served"] for k in compiled) == len(shipped_kernels()) > len(shipped_specs())
-    # fp8 pages of at least a tile are read by the staged kernel, smaller ones by ``decode``.
-    paged_fp8 = [k["staged"] for k in compiled if k["served"] and k["spec"]["FORMAT"] == 1 and k["spec"]["PAGED"]]
-    assert sorted(set(paged_fp8)) == [False, True] and paged_fp8.count(True) == paged_fp8.count(False)
+    assert sum(k["served"] for k in compiled) == len(shipped_kernels()) == len(shipped_specs())
+    # Paged fp8 is read by the staged kernel, in one form for pages smaller than a tile and one
+    # for the others.
+    paged_fp8 = [k for k in compiled if k["served"] and k["spec"]["FORMAT"] == 1 and k["spec"]["PAGED"]]
+    assert all(k["staged"] for k in paged_fp8)
+    small = [k["spec"]["SMALL_PAGES"] for k in paged_fp8]
+    assert small.count(True) == small.count(False) > 0
 
 
 def test_programs_fit_an_sm(compiled):
@@ -93,24 +98,28 @@ def test_contiguous_cache_rows_reach_shared_memory_ahead_of_use(compiled):
     """fp8 tiles, contiguous or in pages of at least a tile, come by TMA (per tile and warpgroup
     five copies for fp8, three for MXFP4, of warp-specialized warpgroups with their register
     budgets set: ``setmaxnreg``) with the tensor descriptors in the workspace's global scratch, and
-    no L2 prefetch (it slowed the copies); fp8 in smaller pages is loaded by ``decode``, which
-    prefetches the rows of the tile after next into L2; MXFP4 in ``decode`` neither (measured
-    slower with a prefetch). MXFP4 is served by ``decode`` (its staged form is not yet faster)."""
+    no L2 prefetch (it slowed the copies); fp8 in smaller pages comes into the same buffers by row
+    copies (``cp.async``, 18 of 16 bytes per thread and tile, each thread arriving on the tile's
+    mbarrier), without descriptors. MXFP4 is served by ``decode`` (its staged form is not yet
+    faster), which loads rows into registers without a prefetch (measured slower with one)."""
     from mixmla.kernels.constants import FMT_FP8
     from mixmla.kernels.gluon.decode_tma import SCRATCH_PER_PROGRAM
     for k in compiled:
         fp8 = k["spec"]["FORMAT"] == FMT_FP8.value
-        if not fp8:
-            assert k["staged"] == (k["spec"]["PAGED"] == 0 and not k["served"]), k
-        elif not k["spec"]["PAGED"]:
-            assert k["staged"], k
-        if k["staged"]:
-            # Each warpgroup issues a tile's copies before its loop and in it.
-            assert k["tma_copies"] == 2 * 2 * (5 if fp8 else 3) and k["setmaxnreg"] >= 2 and k["prefetch"] == 0, k
+        assert k["staged"] == (fp8 or not k["served"]), k
+        # Each warpgroup issues a tile's copies before its loop and in it.
+        if k["spec"]["SMALL_PAGES"]:
+            assert k["tma_copies"] == 0 and k["scratch"] == 0, k
+            assert k["row_copies"] == 2 * 2 * 18 and k["row_arrivals"] == 2 * 2, k
+        elif k["staged"]:
+            assert k["tma_copies"] == 2 * 2 * (5 if fp8 else 3) and k["row_copies"] == 0, k
             assert k["scratch"] == SCRATCH_PER_PROGRAM, k
         else:
-            assert k["tma_copies"] == 0 and k["setmaxnreg"] == 0 and k["scratch"] == 0, k
-            assert (k["prefetch"] >= 1) == fp8, k
+            assert k["tma_copies"] == 0 and k["row_copies"] == 0 and k["scratch"] == 0, k
+        if k["staged"]:
+            assert k["setmaxnreg"] >= 2 and k["prefetch"] == 0, k
+        else:
+            assert k["setmaxnreg"] == 0 and k["prefetch"] == 0, k
 
 
 def test_staged_values_come_from_the_staged_bytes(compiled):

@@ -143,10 +143,9 @@ def test_scores_rising_across_tiles(fmt):
 def test_paged_cache_gives_the_contiguous_bits(fmt, page_size):
     """A request's tokens read through a block table or CSR page indices from shuffled pages: the
     tiles hold the same tokens in the same order, so the result is the same for both table forms,
-    bit for bit, and within the strict check of the reference; bitwise the contiguous result where
-    one kernel reads both (MXFP4: ``decode``; fp8 in pages of at least a tile: the staged kernel,
-    ``decode_tma``). fp8 in smaller pages is read by ``decode``, whose bits differ from the staged
-    kernel's (its warpgroups sum halves of a piece apart)."""
+    bit for bit, and within the strict check of the reference; and bitwise the contiguous result,
+    which the same kernel reads (MXFP4: ``decode``; fp8: the staged kernel, ``decode_tma``, whose
+    tiles come by TMA from pages of at least a tile and by row copies from smaller ones)."""
     HopperDecoder = _hopper()
     gen = torch.Generator().manual_seed(page_size)
     q, kv, qo_indptr, kv_indptr, _ = generate_ragged(9, 1, 3000, seed=100 + page_size, device="cuda")
@@ -157,16 +156,15 @@ def test_paged_cache_gives_the_contiguous_bits(fmt, page_size):
     _check(q, cache, kv_indptr, qo_indptr, *want)
     # The paged kernel's own bits: its block-table form, checked, then the CSR form.
     decoder = HopperDecoder(9, 16, fmt, q.device, programs=20, paged=1, page_size=page_size)
-    assert decoder.staged == (fmt == "fp8" and page_size >= 64)
+    assert decoder.staged == (fmt == "fp8") and decoder.spec.SMALL_PAGES == (fmt == "fp8" and page_size < 64)
     pages = batch.block_pages
     contiguous = want
     want = (torch.full_like(want[0], float("nan")), torch.full_like(want[1], float("nan")))
     decoder.launch(q, batch.cache.rows, pages.seq_lens, qo_indptr, *want, default_sm_scale(),
                    table=pages.table, page_indptr=pages.page_indptr, page_size=page_size)
     _check(q, cache, kv_indptr, qo_indptr, *want)
-    if fmt == "mxfp4" or page_size >= 64:
-        assert torch.equal(want[0].view(torch.int16), contiguous[0].view(torch.int16))
-        assert torch.equal(want[1], contiguous[1])
+    assert torch.equal(want[0].view(torch.int16), contiguous[0].view(torch.int16))
+    assert torch.equal(want[1], contiguous[1])
     for form, pages in ((1, batch.block_pages), (2, batch.csr_pages)):
         decoder = HopperDecoder(9, 16, fmt, q.device, programs=20, paged=form, page_size=page_size)
         out = torch.full_like(want[0], float("nan"))
@@ -177,12 +175,13 @@ def test_paged_cache_gives_the_contiguous_bits(fmt, page_size):
         assert torch.equal(lse, want[1]), f"paged form {form}"
 
 
-@pytest.mark.parametrize("page_size", [16, 64, 128])
+@pytest.mark.parametrize("page_size", [1, 16, 64, 128])
 @pytest.mark.parametrize("entry", [-1, "num_pages"])
 def test_page_entries_outside_the_pool_read_zeros(page_size, entry):
     """An fp8 page entry outside the pool (the caller's error: the checked entry points refuse it)
-    reads nothing outside it: that page's tokens read as zero rows, on ``decode`` (pages smaller
-    than a tile) and on the staged kernel (a copy past the pool's rows)."""
+    reads nothing outside it: that page's tokens read as zero rows, by the staged kernel's row
+    copies (pages smaller than a tile: filled with zeros) and by its copy engine (a copy past the
+    pool's rows)."""
     from mixmla.formats import Fp8Cache
     HopperDecoder = _hopper()
     q, kv, qo_indptr, kv_indptr, _ = generate_input(3, 1, 1000, seed=31 + page_size, device="cuda")

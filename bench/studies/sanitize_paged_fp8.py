@@ -1,4 +1,4 @@
-"""compute-sanitizer target: the staged Hopper kernel on paged fp8 (pages 64 and 128, block table
+"""compute-sanitizer target: the staged Hopper kernel on paged fp8 (pages 1, 16, 64 and 128, block table
 and CSR), then with page entries outside the pool (-1, num_pages); checks the first result against
 the reference. Run: compute-sanitizer --tool memcheck python bench/studies/sanitize_paged_fp8.py"""
 import torch
@@ -9,7 +9,7 @@ from mixmla.reference import default_sm_scale, mla_decode_reference
 from mixmla.check import check_strict
 from mixmla.kernels.gluon.launch import HopperDecoder
 
-for ps in (64, 128):
+for ps in (1, 16, 64, 128):
     q, kv, qo, kvp, _ = generate_ragged(7, 1, 2000, seed=ps, device="cuda")
     cache = as_cache(kv["fp8"])
     b = scatter_to_pages(cache, kvp, ps, generator=torch.Generator().manual_seed(1), spare_pages=2)

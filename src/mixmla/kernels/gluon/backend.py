@@ -63,8 +63,8 @@ class HopperPlan(BackendPlan):
         # table) or 2 (CSR), whichever run_paged gets. One workspace and one grid: they never run
         # at once, and every form of a layout has the same programs per SM.
         forms = (1, 2) if layout.page_size else (0, )
-        per_sm = launch.programs_per_sm(launch.HopperDecoder.spec_of(layout.batch, layout.fmt, forms[0]),
-                                        page_size=layout.page_size)
+        per_sm = launch.programs_per_sm(launch.HopperDecoder.spec_of(layout.batch, layout.fmt, forms[0],
+                                                                     page_size=layout.page_size))
         programs = grid_size(layout.kv_lens, per_sm * sms)
         self.sm_scale = layout.sm_scale
         self._device = layout.device

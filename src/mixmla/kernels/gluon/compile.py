@@ -25,7 +25,7 @@ SIGNATURE = {
     "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "counter_ptr": "*i32",
     "batch": "i32", "sm_scale": "fp32",
     "H": "constexpr", "ROWS": "constexpr", "FORMAT": "constexpr", "BLOCK_B": "constexpr", "C0": "constexpr",
-    "WRITE_LSE": "constexpr", "PAGED": "constexpr",
+    "WRITE_LSE": "constexpr", "PAGED": "constexpr", "SMALL_PAGES": "constexpr",
 }
 #: What the kernel may assume of an argument: pointers 16-byte aligned, the cache row stride (in
 #: 32-bit words) a multiple of 8. ``launch.cache_unsupported`` checks the cache; the other tensors
@@ -42,7 +42,9 @@ MAX_REGISTERS = 255
 class KernelSpec:
     """One specialization: H query heads, ROWS query rows per request, FORMAT (1 fp8, 2 MXFP4),
     BLOCK_B (power of two >= batch, >= 128), C0 (fixed cost of a request, in tiles), WRITE_LSE,
-    PAGED (0 contiguous, 1 block table, 2 CSR: ``paging``)."""
+    PAGED (0 contiguous, 1 block table, 2 CSR: ``paging``), SMALL_PAGES (paged: pages of fewer
+    than ``TILE_TOKENS`` tokens, which ``decode_tma`` fills its tiles from by row copies instead
+    of the copy engine; ``decode`` reads every page size alike)."""
 
     H: int
     ROWS: int
@@ -51,6 +53,7 @@ class KernelSpec:
     C0: int
     WRITE_LSE: bool
     PAGED: int = 0
+    SMALL_PAGES: bool = False
 
     def constexprs(self) -> dict:
         return asdict(self)
@@ -60,17 +63,15 @@ class KernelSpec:
 TILE_TOKENS = 64
 
 
-def staged(spec: KernelSpec, staged_kernel: bool | None = None, page_size: int = 0) -> bool:
-    """Whether ``spec`` is compiled from ``decode_tma`` (tiles staged by TMA, one program of two
-    warpgroups per SM) rather than ``decode`` (two programs of one warpgroup per SM):
-    ``staged_kernel`` where given (True needs fp8 or PAGED 0, and pages of at least
-    ``TILE_TOKENS``), else the kernel that serves ``spec`` for pages of ``page_size`` tokens (0:
-    contiguous): ``decode_tma`` for fp8, contiguous or in pages of at least a tile. ``decode_tma``
-    also reads contiguous MXFP4 caches, but is slower there than ``decode`` so far (docs/PERF.md,
-    design log step 89)."""
+def staged(spec: KernelSpec, staged_kernel: bool | None = None) -> bool:
+    """Whether ``spec`` is compiled from ``decode_tma`` (whole tiles staged in shared memory, one
+    program of two warpgroups per SM) rather than ``decode`` (two programs of one warpgroup per SM):
+    ``staged_kernel`` where given (True needs fp8 or PAGED 0), else the kernel that serves
+    ``spec``: ``decode_tma`` for fp8, contiguous or paged. ``decode_tma`` also reads contiguous
+    MXFP4 caches, but is slower there than ``decode`` so far (docs/PERF.md, design log step 89)."""
     if staged_kernel is not None:
         return bool(staged_kernel)
-    return spec.FORMAT == FMT_FP8.value and (spec.PAGED == 0 or page_size >= TILE_TOKENS)
+    return spec.FORMAT == FMT_FP8.value
 
 
 @functools.lru_cache(maxsize=None)

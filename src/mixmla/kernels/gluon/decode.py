@@ -103,14 +103,14 @@ def _tile_rows(FORMAT: gl.constexpr, PAGED: gl.constexpr, first, kv_len, t, live
     """Offsets of tile ``t``'s token rows (cache rows in 32-bit words, MXFP4 scale rows in bytes)
     and which rows exist; ``page``: the tile's ``paging.tile_pages``."""
     WPT: gl.constexpr = 2 if FORMAT == FMT_MXFP4 else 4
-    row, ok = paging.tile_rows(WPT, first, kv_len, t, live, page, num_pages, page_shift, PAGED)
+    row, ok = paging.tile_rows(paging.chunk_rows(WPT), first, kv_len, t, live, page, num_pages, page_shift, PAGED)
     return paging.row_offsets(row, kv_stride, PAGED), paging.row_offsets(row, sc_stride, PAGED), ok
 
 
 @gluon.jit
 def _tile_pages(FORMAT: gl.constexpr, PAGED: gl.constexpr, pages_ptr, first, kv_len, t, live, page_shift):
     WPT: gl.constexpr = 2 if FORMAT == FMT_MXFP4 else 4
-    return paging.tile_pages(WPT, pages_ptr, first, kv_len, t, live, page_shift, PAGED)
+    return paging.tile_pages(paging.chunk_rows(WPT), pages_ptr, first, kv_len, t, live, page_shift, PAGED)
 
 
 @gluon.jit
@@ -119,7 +119,7 @@ def _prefetch_tile(FORMAT: gl.constexpr, PAGED: gl.constexpr, kv_ptr, first, kv_
     """L2 prefetch of tile ``t``'s fp8 cache rows (``paging.prefetch_rows``). Not for MXFP4: its loads
     wait less (half the bytes), and the prefetch made it slower."""
     if FORMAT == FMT_FP8:
-        row, ok = paging.tile_rows(4, first, kv_len, t, live, page, num_pages, page_shift, PAGED)
+        row, ok = paging.tile_rows(paging.chunk_rows(4), first, kv_len, t, live, page, num_pages, page_shift, PAGED)
         paging.prefetch_rows(4, kv_ptr, kv_len, t, paging.row_offsets(row, kv_stride, PAGED), ok, kv_stride,
                              page_shift, PAGED)
 
@@ -473,7 +473,7 @@ def mla_decode_hopper_kernel(
     part_o_ptr, part_lse_ptr, counter_ptr,
     batch, sm_scale,
     H: gl.constexpr, ROWS: gl.constexpr, FORMAT: gl.constexpr, BLOCK_B: gl.constexpr, C0: gl.constexpr,
-    WRITE_LSE: gl.constexpr, PAGED: gl.constexpr,
+    WRITE_LSE: gl.constexpr, PAGED: gl.constexpr, SMALL_PAGES: gl.constexpr,
 ):
     """Grid: (programs,), persistent; one warpgroup (4 warps) per program.
 
@@ -487,7 +487,9 @@ def mla_decode_hopper_kernel(
     natural log (if WRITE_LSE). Workspace: part_o (2 * programs, ROWS, 512) float32, part_lse
     (2 * programs, ROWS) float32, counter (2 * batch,) int32, zero before the first launch and left
     zero. ROWS: query rows per request covered (>= Lq * H, 16). BLOCK_B: power of two >= max(batch,
-    128). C0: fixed cost of a request in tile units (balance only).
+    128). C0: fixed cost of a request in tile units (balance only). SMALL_PAGES: not read (rows
+    are loaded one by one whatever the page size; ``decode_tma`` has a form for pages smaller
+    than a tile).
     """
     gl.static_assert(ROWS == 16, "the Hopper kernel covers 16 query rows per request")
     acc_l: gl.constexpr = score_layout(ROWS)

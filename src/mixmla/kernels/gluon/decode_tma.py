@@ -1,8 +1,7 @@
-"""The Hopper (sm_90a) decode kernel for fp8 caches, contiguous or in pages of at least a tile (64
-tokens), and contiguous MXFP4 caches: whole tiles staged by the copy engine into two warpgroups of
-one program per SM, the values read from the staged bytes. It serves fp8 (smaller pages go to
-``decode``, whose rows are loaded one by one); its MXFP4 form is built on request
-(``compile.staged``), being slower than ``decode`` so far.
+"""The Hopper (sm_90a) decode kernel for fp8 caches, contiguous or paged, and contiguous MXFP4
+caches: whole tiles staged in shared memory for two warpgroups of one program per SM, the values
+read from the staged bytes. It serves fp8; its MXFP4 form is built on request (``compile.staged``),
+being slower than ``decode`` so far.
 
 The work split, the tile loop's softmax, and the output and merge of cut requests are those of
 ``decode`` (same request walk over a persistent cooperative grid, same ``_write_request``). What
@@ -30,8 +29,13 @@ the query:
 - Rows of a tile past its request (the next request's, or its page's unused rows, or the copy's
   zeros past the cache) are zeroed in shared memory after the copy lands (fp8), or get zero
   scales (MXFP4), so neither product sees them.
-- Paged: a tile's page entry is read a tile before its copy is issued, so the copy does not wait
-  for it; an entry outside the pool points the copy past the pool's rows, where it reads zeros.
+- Paged: a tile's page entries are read a tile before its copies are issued, so the copies do
+  not wait for them. In pages of at least a tile (``SMALL_PAGES`` False) a tile is one page's
+  consecutive rows, and an entry outside the pool points the copy past the pool's rows, where it
+  reads zeros. The copy engine cannot gather rows, so smaller pages (``SMALL_PAGES``) fill the
+  same buffers by row copies (``cp.async``, 16 bytes each, 18 per thread and tile, every thread
+  one row's half), completing on the same mbarriers; rows past the request or behind an entry
+  outside the pool are filled with zeros.
 - The query is staged once per request, by warpgroup 0, for both (warpgroup 1 computes the rows'
   multipliers of ``_stage_query`` from the same rows).
 - At the end of a request piece, warpgroup 1 hands its half's maximum, sum and accumulators to
@@ -49,6 +53,7 @@ workspace (``launch.Workspace``).
 from triton.experimental import gluon
 from triton.runtime.jit import constexpr_function
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
@@ -153,6 +158,47 @@ def _issue_tile(FORMAT: gl.constexpr, desc_group, desc_last, bar, raw, last, slo
     for p in gl.static_range(VALUE_CHUNKS // G):
         tma.async_copy_global_to_shared(desc_group, [G * p, row0, 0], bar, _group(FORMAT, raw, slot, p), pred=live)
     tma.async_copy_global_to_shared(desc_last, [VALUE_CHUNKS, row0, 0], bar, last.index(slot), pred=live)
+
+
+@constexpr_function
+def row_copy_layout(chunks):
+    """Registers of a row copy's source addresses, (chunks, TILE, 16) words of fp8 cache rows:
+    thread (warp w, lane l) copies row 16w + l // 2, words 8 (l % 2) .. 8 (l % 2) + 7 of each
+    chunk (two 16-byte ``cp.async``), so a thread's rows are one and its page entry is too."""
+    return gl.BlockedLayout([chunks, 1, 8], [1, 16, 2], [1, 4, 1], [2, 1, 0])
+
+
+@constexpr_function
+def row_copy_rows():
+    """The layout of a tile's rows (TILE,) in ``row_copy_layout``: one row per pair of lanes."""
+    return gl.SliceLayout(0, gl.SliceLayout(2, row_copy_layout(2)))
+
+
+@gluon.jit
+def _copy_group(kv_ptr, rows_off, ok, smem, C0: gl.constexpr, G: gl.constexpr):
+    """``cp.async`` of chunks C0 .. C0 + G - 1 of a tile's fp8 rows (word offsets ``rows_off``, in
+    ``row_copy_rows``) into ``smem`` (G, TILE, 16); rows not ``ok`` are filled with zeros."""
+    L: gl.constexpr = row_copy_layout(G)
+    off = gl.convert_layout(rows_off, gl.SliceLayout(0, gl.SliceLayout(2, L)), assert_trivial=True)
+    valid = gl.convert_layout(ok, gl.SliceLayout(0, gl.SliceLayout(2, L)), assert_trivial=True)
+    c = gl.arange(0, G, layout=gl.SliceLayout(1, gl.SliceLayout(2, L)))
+    w = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, L)))
+    ptrs = kv_ptr + off[None, :, None] + ((C0 + c) * 16)[:, None, None] + w[None, None, :]
+    async_copy.async_copy_global_to_shared(smem, ptrs, mask=valid[None, :, None])
+
+
+@gluon.jit
+def _copy_rows(kv_ptr, kv_stride, bar, raw, last, slot, rows, ok, live):
+    """The tile of fp8 cache rows ``rows`` ((TILE,) int32 in ``row_copy_rows``; zeros where not
+    ``ok``) into buffer ``slot`` by row copies, each thread's arriving on ``bar`` (which counts
+    the warpgroup's 128 threads) once its copies land; nothing unless ``live``. For pages smaller
+    than a tile, whose rows the copy engine cannot gather."""
+    if live:
+        rows_off = rows.to(gl.int64) * kv_stride
+        for p in gl.static_range(VALUE_CHUNKS // 2):
+            _copy_group(kv_ptr, rows_off, ok, _group(FMT_FP8, raw, slot, p), 2 * p, 2)
+        _copy_group(kv_ptr, rows_off, ok, last.index(slot), VALUE_CHUNKS, 1)
+        async_copy.mbarrier_arrive(bar, increment_count=False)
 
 
 @gluon.jit
@@ -267,7 +313,7 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
           stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale, q_smem,
           ml_smem, hand, p_all, red_smem, raw, raw_last, sc_buf, zero_smem, tma_bars, H: gl.constexpr,
           ROWS: gl.constexpr, FORMAT: gl.constexpr, BLOCK_B: gl.constexpr, C0: gl.constexpr, WRITE_LSE: gl.constexpr,
-          PAGED: gl.constexpr):
+          PAGED: gl.constexpr, SMALL_PAGES: gl.constexpr):
     """Warpgroup ``WG`` of a program (0: the default partition, which stages the query and writes;
     1: the worker): ``decode``'s request walk over its half of each piece's tiles. Its own shared
     buffers: ``p_all``, ``red_smem``, ``raw`` / ``raw_last`` (SLOTS staged tiles: the value chunks
@@ -277,6 +323,7 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
     and sum; ``hand``: warpgroup 1's accumulators) and (MXFP4) ``zero_smem``, a 0 for the decode
     tables."""
     acc_l: gl.constexpr = score_layout(ROWS)
+    ROW_L: gl.constexpr = row_copy_rows()
     G: gl.constexpr = chunks_per_copy(FORMAT)
     W: gl.constexpr = chunk_words(FORMAT)
     MMA_DT: gl.constexpr = gl.float16 if FORMAT == FMT_FP8 else gl.bfloat16
@@ -293,15 +340,16 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
         zero = mxfp4.shared_zero(zero_smem)
         key_tables = mxfp4.decode_tables(zero)
         value_tables = mxfp4.tables_like(zero, gl.full([64, TILE], 0, gl.int32, key_operand_layout(ROWS)))
-    # The rows the copies may read: those of the requests, or the pool's.
-    if PAGED == 0:
-        n_rows = gl.load(kv_indptr + batch)
-    else:
-        n_rows = num_pages << page_shift
-    desc_group = tma.make_tensor_descriptor(kv_ptr, [NUM_CHUNKS, n_rows, W], [W, kv_stride, 1], [G, TILE, W],
-                                            staged_chunks_layout(W))
-    desc_last = tma.make_tensor_descriptor(kv_ptr, [NUM_CHUNKS, n_rows, W], [W, kv_stride, 1], [1, TILE, W],
-                                           staged_chunks_layout(W))
+    if not SMALL_PAGES:
+        # The rows the copies may read: those of the requests, or the pool's.
+        if PAGED == 0:
+            n_rows = gl.load(kv_indptr + batch)
+        else:
+            n_rows = num_pages << page_shift
+        desc_group = tma.make_tensor_descriptor(kv_ptr, [NUM_CHUNKS, n_rows, W], [W, kv_stride, 1], [G, TILE, W],
+                                                staged_chunks_layout(W))
+        desc_last = tma.make_tensor_descriptor(kv_ptr, [NUM_CHUNKS, n_rows, W], [W, kv_stride, 1], [1, TILE, W],
+                                               staged_chunks_layout(W))
     n = gl.arange(0, ROWS, layout=gl.SliceLayout(0, acc_l))
     r_s = gl.arange(0, TILE, layout=gl.SliceLayout(1, acc_l))
     it = 0  # tiles this warpgroup has taken: buffer it % 2, whose mbarrier has completed it // 2 times
@@ -322,12 +370,23 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
             else:
                 my_begin = mid
                 my_end = t_end
-            _issue_tile(FORMAT, desc_group, desc_last, tma_bars.index(it % 2), raw, raw_last, it % 2,
-                        paging.tile_start(pages_ptr, first_row, my_begin, my_begin < my_end, num_pages, page_shift,
-                                          PAGED), my_begin < my_end)
-            # Paged: the next tile's first row, its page entry read a tile before the copy needs it.
-            next_row = paging.tile_start(pages_ptr, first_row, my_begin + 1, my_begin + 1 < my_end, num_pages,
-                                         page_shift, PAGED)
+            if SMALL_PAGES:
+                page = paging.tile_pages(ROW_L, pages_ptr, first_row, kv_len, my_begin, my_begin < my_end, page_shift,
+                                         PAGED)
+                rows, ok = paging.tile_rows(ROW_L, first_row, kv_len, my_begin, my_begin < my_end, page, num_pages,
+                                            page_shift, PAGED)
+                _copy_rows(kv_ptr, kv_stride, tma_bars.index(it % 2), raw, raw_last, it % 2, rows, ok,
+                           my_begin < my_end)
+                # The next tile's page entries, read a tile before its copies need them.
+                page_next = paging.tile_pages(ROW_L, pages_ptr, first_row, kv_len, my_begin + 1, my_begin + 1 < my_end,
+                                              page_shift, PAGED)
+            else:
+                _issue_tile(FORMAT, desc_group, desc_last, tma_bars.index(it % 2), raw, raw_last, it % 2,
+                            paging.tile_start(pages_ptr, first_row, my_begin, my_begin < my_end, num_pages, page_shift,
+                                              PAGED), my_begin < my_end)
+                # Paged: the next tile's first row, its page entry read a tile before the copy needs it.
+                next_row = paging.tile_start(pages_ptr, first_row, my_begin + 1, my_begin + 1 < my_end, num_pages,
+                                             page_shift, PAGED)
             if FORMAT == FMT_MXFP4:
                 # A tile's scale bytes are loaded into registers a tile before they are stored in its
                 # scale buffer (at the start of the tile before it, after the barrier that frees it).
@@ -362,19 +421,27 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
                 # Every thread has read the other buffer (the previous tile): the next tile's
                 # copies go there now.
                 gl.thread_barrier()
-                if PAGED == 0:
-                    row_next = first_row + (t + 1) * TILE
+                if SMALL_PAGES:
+                    rows, ok = paging.tile_rows(ROW_L, first_row, kv_len, t + 1, t + 1 < my_end, page_next, num_pages,
+                                                page_shift, PAGED)
+                    _copy_rows(kv_ptr, kv_stride, tma_bars.index(1 - slot), raw, raw_last, 1 - slot, rows, ok,
+                               t + 1 < my_end)
+                    page_next = paging.tile_pages(ROW_L, pages_ptr, first_row, kv_len, t + 2, t + 2 < my_end,
+                                                  page_shift, PAGED)
                 else:
-                    row_next = next_row
-                    next_row = paging.tile_start(pages_ptr, first_row, t + 2, t + 2 < my_end, num_pages, page_shift,
-                                                 PAGED)
-                _issue_tile(FORMAT, desc_group, desc_last, tma_bars.index(1 - slot), raw, raw_last, 1 - slot,
-                            row_next, t + 1 < my_end)
+                    if PAGED == 0:
+                        row_next = first_row + (t + 1) * TILE
+                    else:
+                        row_next = next_row
+                        next_row = paging.tile_start(pages_ptr, first_row, t + 2, t + 2 < my_end, num_pages,
+                                                     page_shift, PAGED)
+                    _issue_tile(FORMAT, desc_group, desc_last, tma_bars.index(1 - slot), raw, raw_last, 1 - slot,
+                                row_next, t + 1 < my_end)
                 if FORMAT == FMT_MXFP4:
                     _store_scales(scales, sc_buf, 1 - slot)
                     scales = _load_scales(sc_ptr, sc_stride, first_row, kv_len, t + 2, my_end)
                 mbarrier.wait(tma_bars.index(slot), (it // 2) % 2)
-                if FORMAT == FMT_FP8:
+                if FORMAT == FMT_FP8 and not SMALL_PAGES:  # row copies fill missing rows with zeros
                     if (t + 1) * TILE > kv_len:
                         _clear_rows(raw, raw_last, slot, kv_len - t * TILE)
                 words = _chunk_words(FORMAT, raw, raw_last, slot, 0)
@@ -443,7 +510,7 @@ def mla_decode_hopper_tma_kernel(
     part_o_ptr, part_lse_ptr, counter_ptr,
     batch, sm_scale,
     H: gl.constexpr, ROWS: gl.constexpr, FORMAT: gl.constexpr, BLOCK_B: gl.constexpr, C0: gl.constexpr,
-    WRITE_LSE: gl.constexpr, PAGED: gl.constexpr,
+    WRITE_LSE: gl.constexpr, PAGED: gl.constexpr, SMALL_PAGES: gl.constexpr,
 ):
     """Grid: (programs,), persistent, one program per SM; two warpgroups (4 warps each) per program.
 
@@ -453,6 +520,7 @@ def mla_decode_hopper_tma_kernel(
     tile is one copy of consecutive rows of one page (``paging.tile_start``).
     """
     gl.static_assert(PAGED == 0 or FORMAT == FMT_FP8, "the staged kernel reads paged fp8 caches, not paged MXFP4")
+    gl.static_assert(PAGED != 0 or not SMALL_PAGES, "SMALL_PAGES is a form of the paged kernel")
     gl.static_assert(ROWS == 16, "the Hopper kernel covers 16 query rows per request")
     G: gl.constexpr = chunks_per_copy(FORMAT)
     W: gl.constexpr = chunk_words(FORMAT)
@@ -461,8 +529,12 @@ def mla_decode_hopper_tma_kernel(
     bars0 = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     bars1 = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(SLOTS):
-        mbarrier.init(bars0.index(i), count=1)
-        mbarrier.init(bars1.index(i), count=1)
+        if SMALL_PAGES:  # every thread of a warpgroup arrives when its row copies land
+            mbarrier.init(bars0.index(i), count=128)
+            mbarrier.init(bars1.index(i), count=128)
+        else:  # one thread arrives and expects the copy engine's bytes
+            mbarrier.init(bars0.index(i), count=1)
+            mbarrier.init(bars1.index(i), count=1)
     raw0 = gl.allocate_shared_memory(gl.int32, [SLOTS * (VALUE_CHUNKS // G), G, TILE, W], staged_chunks_layout(W))
     raw1 = gl.allocate_shared_memory(gl.int32, [SLOTS * (VALUE_CHUNKS // G), G, TILE, W], staged_chunks_layout(W))
     last0 = gl.allocate_shared_memory(gl.int32, [SLOTS, 1, TILE, W], staged_chunks_layout(W))
@@ -490,10 +562,10 @@ def mla_decode_hopper_tma_kernel(
                  qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr,
                  stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale,
                  q_smem, ml_smem, hand, p0, red0, raw0, last0, sc0, zero_smem, bars0,
-                 H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE, PAGED)),
+                 H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE, PAGED, SMALL_PAGES)),
         (_half, (1, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_ptr, sc_stride, fp8_scale_ptr, kv_indptr,
                  qo_indptr, pages_ptr, page_indptr, page_stride, max_pages, num_pages, page_shift, out_ptr,
                  stride_ot, stride_oh, lse_ptr, stride_lt, part_o_ptr, part_lse_ptr, counter_ptr, batch, sm_scale,
                  q_smem, ml_smem, hand, p1, red1, raw1, last1, sc1, zero_smem, bars1,
-                 H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE, PAGED)),
+                 H, ROWS, FORMAT, BLOCK_B, C0, WRITE_LSE, PAGED, SMALL_PAGES)),
     ], [4], [WORKER_REGISTERS])

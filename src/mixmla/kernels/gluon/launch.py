@@ -39,22 +39,30 @@ def _block_b(batch: int) -> int:
 
 
 def shipped_specs() -> list[KernelSpec]:
-    """Every kernel specialization ``HopperDecoder`` can ask for."""
+    """Every kernel specialization ``HopperDecoder`` can ask for: paged fp8 in two, for pages
+    smaller than a tile and for the others (``small_pages``)."""
     specs = []
     for fmt in (FMT_FP8.value, FMT_MXFP4.value):
         for block_b in (128, 256, 512, 1024):
             for write_lse in (True, False):
                 for paged in PAGED_FORMS:
-                    specs.append(KernelSpec(H=16, ROWS=ROWS, FORMAT=fmt, BLOCK_B=block_b, C0=REQUEST_COST_TILES,
-                                            WRITE_LSE=write_lse, PAGED=paged))
+                    for small in sorted({small_pages(fmt, paged, p) for p in (1, TILE_TOKENS)}):
+                        specs.append(KernelSpec(H=16, ROWS=ROWS, FORMAT=fmt, BLOCK_B=block_b, C0=REQUEST_COST_TILES,
+                                                WRITE_LSE=write_lse, PAGED=paged, SMALL_PAGES=small))
     return specs
 
 
 def shipped_kernels() -> list[tuple[KernelSpec, bool]]:
     """Every compiled kernel ``HopperDecoder`` can ask for, as ``(spec, staged)`` (CI compiles them
-    all): a paged fp8 specialization has two, for pages smaller than a tile and for the others."""
-    pages = (0, TILE_TOKENS)
-    return [(s, k) for s in shipped_specs() for k in sorted({staged(s, None, p) for p in pages})]
+    all)."""
+    return [(s, staged(s)) for s in shipped_specs()]
+
+
+def small_pages(fmt: int, paged: int, page_size: int) -> bool:
+    """Whether a kernel for format ``fmt`` (``FMT_*`` value) in page-table form ``paged`` reading
+    pages of ``page_size`` tokens is ``KernelSpec.SMALL_PAGES``'s: paged fp8 in pages smaller than
+    a tile, which ``decode_tma`` cannot stage with the copy engine (a copy is of consecutive rows)."""
+    return bool(paged) and fmt == FMT_FP8.value and page_size < TILE_TOKENS
 
 
 def layout_unsupported(capability: tuple[int, int] | None, fmt: str, num_heads: int, rows_max: int,
@@ -108,11 +116,11 @@ def call_unsupported(q: torch.Tensor, out: torch.Tensor) -> str | None:
     return None
 
 
-def programs_per_sm(spec: KernelSpec, staged_kernel: bool | None = None, page_size: int = 0) -> int:
-    """Programs of the kernel ``staged(spec, staged_kernel, page_size)`` names that run on one SM at
-    once (shared memory and registers): one of two warpgroups for ``decode_tma``, two of one
-    warpgroup for ``decode``."""
-    return 1 if staged(spec, staged_kernel, page_size) else PROGRAMS_PER_SM
+def programs_per_sm(spec: KernelSpec, staged_kernel: bool | None = None) -> int:
+    """Programs of the kernel ``staged(spec, staged_kernel)`` names that run on one SM at once
+    (shared memory and registers): one of two warpgroups for ``decode_tma``, two of one warpgroup
+    for ``decode``."""
+    return 1 if staged(spec, staged_kernel) else PROGRAMS_PER_SM
 
 
 def _scratch_floats(programs: int, scratch_per_program: int) -> int:
@@ -159,8 +167,8 @@ class HopperDecoder:
     write the log-sum-exp; programs: size of the persistent grid (default: all that fit at once,
     ``programs_per_sm``); paged: the
     page-table form ``launch`` gets (0 none, 1 block table, 2 CSR); page_size: tokens per page of
-    the paged caches it will read (a decoder for pages of at least ``TILE_TOKENS`` refuses smaller
-    ones); allocate: make its own ``workspace`` (otherwise every launch is given one);
+    the paged caches it will read (a paged fp8 decoder for pages of at least ``TILE_TOKENS``
+    refuses smaller ones); allocate: make its own ``workspace`` (otherwise every launch is given one);
     staged_kernel: ``compile.staged``'s (None: the kernel that serves the layout; True:
     ``decode_tma`` for a contiguous MXFP4 cache, which is not yet faster, for measurements and
     tests). ``launch(...)`` writes ``out`` (and ``lse``).
@@ -174,10 +182,11 @@ class HopperDecoder:
         # With its index: the launch asks for the current stream of exactly this device.
         self.device = device if device.type != "cuda" or device.index is not None else \
             torch.device("cuda", torch.cuda.current_device())
-        self.spec = self.spec_of(self.batch, fmt, paged, self.num_heads, write_lse)
+        self.spec = self.spec_of(self.batch, fmt, paged, self.num_heads, write_lse, page_size)
         self.format = self.spec.FORMAT
-        #: Whether the kernel is ``decode_tma``'s, whose paged form reads whole tiles of one page.
-        self.staged = staged(self.spec, staged_kernel, page_size)
+        #: Whether the kernel is ``decode_tma``'s, whose paged form for pages of at least a tile reads
+        #: whole tiles of one page.
+        self.staged = staged(self.spec, staged_kernel)
         self.programs = programs or programs_per_sm(self.spec, self.staged) * torch.cuda.get_device_properties(
             device).multi_processor_count
         self.kernel = compile_decode(self.spec, self.staged)
@@ -190,11 +199,13 @@ class HopperDecoder:
             new_counters(self.batch, self.device), self.programs, 0, self.scratch_per_program) if allocate else None
 
     @staticmethod
-    def spec_of(batch: int, fmt: str, paged: int = 0, num_heads: int = 16, write_lse: bool = True) -> KernelSpec:
+    def spec_of(batch: int, fmt: str, paged: int = 0, num_heads: int = 16, write_lse: bool = True,
+                page_size: int = 0) -> KernelSpec:
         """The kernel specialization a decoder of these parameters compiles."""
-        return KernelSpec(H=int(num_heads), ROWS=ROWS, FORMAT={"fp8": FMT_FP8.value, "mxfp4": FMT_MXFP4.value}[fmt],
-                          BLOCK_B=_block_b(int(batch)), C0=REQUEST_COST_TILES, WRITE_LSE=bool(write_lse),
-                          PAGED=int(paged))
+        code = {"fp8": FMT_FP8.value, "mxfp4": FMT_MXFP4.value}[fmt]
+        return KernelSpec(H=int(num_heads), ROWS=ROWS, FORMAT=code, BLOCK_B=_block_b(int(batch)), C0=REQUEST_COST_TILES,
+                          WRITE_LSE=bool(write_lse), PAGED=int(paged),
+                          SMALL_PAGES=small_pages(code, int(paged), int(page_size)))
 
     def arguments(self, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor,
                   out: torch.Tensor, lse: torch.Tensor | None, sm_scale: float, table: torch.Tensor | None = None,
@@ -216,7 +227,7 @@ class HopperDecoder:
             offsets = page_indptr if self.spec.PAGED == 2 else table
             page_stride = table.stride(0) if self.spec.PAGED == 1 else 0
             max_pages = table.shape[1] if self.spec.PAGED == 1 else 0
-            if self.staged and page_size < TILE_TOKENS:
+            if self.staged and not self.spec.SMALL_PAGES and page_size < TILE_TOKENS:
                 raise ValueError(f"page_size: this decoder reads pages of at least {TILE_TOKENS} tokens, got "
                                  f"{page_size}")
             num_pages, page_shift = data.shape[0] // page_size, page_size.bit_length() - 1

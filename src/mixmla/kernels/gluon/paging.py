@@ -13,6 +13,7 @@ the cache.
 """
 
 from triton.experimental import gluon
+from triton.runtime.jit import constexpr_function
 from triton.experimental.gluon import language as gl
 
 from .layouts import TILE, chunk_word_layout
@@ -54,19 +55,23 @@ def request_tokens(b, kv_indptr, page_indptr, page_stride, max_pages, page_shift
         return first, gl.minimum(gl.maximum(gl.load(kv_indptr + b), 0), cap << page_shift)
 
 
+@constexpr_function
+def chunk_rows(words_per_thread):
+    """The layout of a tile's rows (TILE,) in ``chunk_word_layout(words_per_thread)``."""
+    return gl.SliceLayout(1, chunk_word_layout(words_per_thread))
+
+
 @gluon.jit
-def _positions(FORMAT_WORDS: gl.constexpr, kv_len, t, live):
-    row_l: gl.constexpr = gl.SliceLayout(1, chunk_word_layout(FORMAT_WORDS))
-    pos = t * TILE + gl.arange(0, TILE, layout=row_l)
+def _positions(ROW_L: gl.constexpr, kv_len, t, live):
+    pos = t * TILE + gl.arange(0, TILE, layout=ROW_L)
     return pos, (pos < kv_len) & live
 
 
 @gluon.jit
-def tile_pages(FORMAT_WORDS: gl.constexpr, pages, first, kv_len, t, live, page_shift, PAGED: gl.constexpr):
-    """Page-table entries (TILE,) int32 of tile ``t``'s token positions (-1 where no token); a
-    placeholder when contiguous. FORMAT_WORDS: 32-bit words per thread of a chunk row (the row
-    layout of ``chunk_word_layout``)."""
-    pos, ok = _positions(FORMAT_WORDS, kv_len, t, live)
+def tile_pages(ROW_L: gl.constexpr, pages, first, kv_len, t, live, page_shift, PAGED: gl.constexpr):
+    """Page-table entries (TILE,) int32 of tile ``t``'s token positions (-1 where no token), in row
+    layout ``ROW_L`` (e.g. ``chunk_rows``); a placeholder when contiguous."""
+    pos, ok = _positions(ROW_L, kv_len, t, live)
     if PAGED == PAGED_NONE:
         return gl.zeros_like(pos)
     else:
@@ -74,12 +79,12 @@ def tile_pages(FORMAT_WORDS: gl.constexpr, pages, first, kv_len, t, live, page_s
 
 
 @gluon.jit
-def tile_rows(FORMAT_WORDS: gl.constexpr, first, kv_len, t, live, page, num_pages, page_shift,
-              PAGED: gl.constexpr):
-    """``(rows, ok)``: the cache rows (TILE,) of tile ``t`` (``page``: its ``tile_pages``) and which
-    of them exist; int64 when contiguous, int32 when paged (the pool's rows are counted in int32:
-    ``launch.cache_unsupported`` keeps them below 2**31), for ``row_offsets``."""
-    pos, ok = _positions(FORMAT_WORDS, kv_len, t, live)
+def tile_rows(ROW_L: gl.constexpr, first, kv_len, t, live, page, num_pages, page_shift, PAGED: gl.constexpr):
+    """``(rows, ok)``: the cache rows (TILE,) of tile ``t`` in row layout ``ROW_L`` (``page``: its
+    ``tile_pages``) and which of them exist; int64 when contiguous, int32 when paged (the pool's
+    rows are counted in int32: ``launch.cache_unsupported`` keeps them below 2**31), for
+    ``row_offsets``."""
+    pos, ok = _positions(ROW_L, kv_len, t, live)
     if PAGED == PAGED_NONE:
         return (first + pos).to(gl.int64), ok
     else:
