@@ -162,42 +162,60 @@ def _issue_tile(FORMAT: gl.constexpr, desc_group, desc_last, bar, raw, last, slo
 
 @constexpr_function
 def row_copy_layout(chunks):
-    """Registers of a row copy's source addresses, (chunks, TILE, 16) words of fp8 cache rows:
-    thread (warp w, lane l) copies row 16w + l // 2, words 8 (l % 2) .. 8 (l % 2) + 7 of each
-    chunk (two 16-byte ``cp.async``), so a thread's rows are one and its page entry is too."""
-    return gl.BlockedLayout([chunks, 1, 8], [1, 16, 2], [1, 4, 1], [2, 1, 0])
+    """Registers of a row copy's source addresses, (chunks, TILE, 16) words of fp8 cache rows, 16
+    bytes per thread and copy: for a pair of chunks eight lanes take one row's 128 bytes, so a
+    warp's copy reads four rows (rows 16k + 4w + l // 8 % 4, k = 0..3, for warp w and lane l);
+    for chunk 8 four lanes take a row's 64 bytes (rows 32k + 8w + l // 4, k = 0, 1). Wider rows per
+    copy are fewer memory requests for the same bytes: the number a program can have in flight is
+    what binds gathered rows (docs/PERF.md, design log step 91)."""
+    if chunks == 2:
+        return gl.BlockedLayout([1, 1, 4], [2, 4, 4], [1, 4, 1], [2, 1, 0])
+    return gl.BlockedLayout([1, 1, 4], [1, 8, 4], [1, 4, 1], [2, 1, 0])
 
 
 @constexpr_function
-def row_copy_rows():
-    """The layout of a tile's rows (TILE,) in ``row_copy_layout``: one row per pair of lanes."""
-    return gl.SliceLayout(0, gl.SliceLayout(2, row_copy_layout(2)))
+def row_copy_rows(chunks):
+    """The layout of a tile's rows (TILE,) in ``row_copy_layout(chunks)``."""
+    return gl.SliceLayout(0, gl.SliceLayout(2, row_copy_layout(chunks)))
 
 
 @gluon.jit
-def _copy_group(kv_ptr, rows_off, ok, smem, C0: gl.constexpr, G: gl.constexpr):
-    """``cp.async`` of chunks C0 .. C0 + G - 1 of a tile's fp8 rows (word offsets ``rows_off``, in
-    ``row_copy_rows``) into ``smem`` (G, TILE, 16); rows not ``ok`` are filled with zeros."""
+def _row_pages(pages_ptr, first, kv_len, t, live, page_shift, PAGED: gl.constexpr):
+    """Tile ``t``'s page entries (``paging.tile_pages``) in the row layouts of both row copies
+    (pairs of chunks, chunk 8)."""
+    return (paging.tile_pages(row_copy_rows(2), pages_ptr, first, kv_len, t, live, page_shift, PAGED),
+            paging.tile_pages(row_copy_rows(1), pages_ptr, first, kv_len, t, live, page_shift, PAGED))
+
+
+@gluon.jit
+def _copy_group(kv_ptr, kv_stride, first, kv_len, t, live, page, num_pages, page_shift, smem, C0: gl.constexpr,
+                G: gl.constexpr, PAGED: gl.constexpr):
+    """``cp.async`` of chunks C0 .. C0 + G - 1 of tile ``t``'s fp8 rows (``page``: its entries in
+    ``row_copy_rows(G)``) into ``smem`` (G, TILE, 16); rows that do not exist are filled with
+    zeros."""
     L: gl.constexpr = row_copy_layout(G)
-    off = gl.convert_layout(rows_off, gl.SliceLayout(0, gl.SliceLayout(2, L)), assert_trivial=True)
-    valid = gl.convert_layout(ok, gl.SliceLayout(0, gl.SliceLayout(2, L)), assert_trivial=True)
+    rows, ok = paging.tile_rows(row_copy_rows(G), first, kv_len, t, live, page, num_pages, page_shift, PAGED)
+    off = rows.to(gl.int64) * kv_stride
     c = gl.arange(0, G, layout=gl.SliceLayout(1, gl.SliceLayout(2, L)))
     w = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, L)))
     ptrs = kv_ptr + off[None, :, None] + ((C0 + c) * 16)[:, None, None] + w[None, None, :]
-    async_copy.async_copy_global_to_shared(smem, ptrs, mask=valid[None, :, None])
+    async_copy.async_copy_global_to_shared(smem, ptrs, mask=ok[None, :, None])
 
 
 @gluon.jit
-def _copy_rows(kv_ptr, kv_stride, bar, raw, last, slot, rows, ok, live):
-    """The tile of fp8 cache rows ``rows`` ((TILE,) int32 in ``row_copy_rows``; zeros where not
-    ``ok``) into buffer ``slot`` by row copies, each thread's arriving on ``bar`` (which counts
-    the warpgroup's 128 threads) once its copies land; nothing unless ``live``. For pages smaller
-    than a tile, whose rows the copy engine cannot gather."""
+def _copy_rows(kv_ptr, kv_stride, bar, raw, last, slot, first, kv_len, t, live, pages, num_pages, page_shift,
+               PAGED: gl.constexpr):
+    """Tile ``t`` of fp8 cache rows into buffer ``slot`` by row copies (``pages``: its
+    ``_row_pages``; rows past the request or behind an entry outside the pool are filled with
+    zeros), each thread arriving on ``bar`` (which counts the warpgroup's 128 threads) once its
+    copies land; nothing unless ``live``. For pages smaller than a tile, whose rows the copy
+    engine cannot gather."""
     if live:
-        rows_off = rows.to(gl.int64) * kv_stride
         for p in gl.static_range(VALUE_CHUNKS // 2):
-            _copy_group(kv_ptr, rows_off, ok, _group(FMT_FP8, raw, slot, p), 2 * p, 2)
-        _copy_group(kv_ptr, rows_off, ok, last.index(slot), VALUE_CHUNKS, 1)
+            _copy_group(kv_ptr, kv_stride, first, kv_len, t, live, pages[0], num_pages, page_shift,
+                        _group(FMT_FP8, raw, slot, p), 2 * p, 2, PAGED)
+        _copy_group(kv_ptr, kv_stride, first, kv_len, t, live, pages[1], num_pages, page_shift, last.index(slot),
+                    VALUE_CHUNKS, 1, PAGED)
         async_copy.mbarrier_arrive(bar, increment_count=False)
 
 
@@ -323,7 +341,6 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
     and sum; ``hand``: warpgroup 1's accumulators) and (MXFP4) ``zero_smem``, a 0 for the decode
     tables."""
     acc_l: gl.constexpr = score_layout(ROWS)
-    ROW_L: gl.constexpr = row_copy_rows()
     G: gl.constexpr = chunks_per_copy(FORMAT)
     W: gl.constexpr = chunk_words(FORMAT)
     MMA_DT: gl.constexpr = gl.float16 if FORMAT == FMT_FP8 else gl.bfloat16
@@ -371,15 +388,13 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
                 my_begin = mid
                 my_end = t_end
             if SMALL_PAGES:
-                page = paging.tile_pages(ROW_L, pages_ptr, first_row, kv_len, my_begin, my_begin < my_end, page_shift,
-                                         PAGED)
-                rows, ok = paging.tile_rows(ROW_L, first_row, kv_len, my_begin, my_begin < my_end, page, num_pages,
-                                            page_shift, PAGED)
-                _copy_rows(kv_ptr, kv_stride, tma_bars.index(it % 2), raw, raw_last, it % 2, rows, ok,
-                           my_begin < my_end)
+                _copy_rows(kv_ptr, kv_stride, tma_bars.index(it % 2), raw, raw_last, it % 2, first_row, kv_len,
+                           my_begin, my_begin < my_end,
+                           _row_pages(pages_ptr, first_row, kv_len, my_begin, my_begin < my_end, page_shift, PAGED),
+                           num_pages, page_shift, PAGED)
                 # The next tile's page entries, read a tile before its copies need them.
-                page_next = paging.tile_pages(ROW_L, pages_ptr, first_row, kv_len, my_begin + 1, my_begin + 1 < my_end,
-                                              page_shift, PAGED)
+                pages_next = _row_pages(pages_ptr, first_row, kv_len, my_begin + 1, my_begin + 1 < my_end, page_shift,
+                                        PAGED)
             else:
                 _issue_tile(FORMAT, desc_group, desc_last, tma_bars.index(it % 2), raw, raw_last, it % 2,
                             paging.tile_start(pages_ptr, first_row, my_begin, my_begin < my_end, num_pages, page_shift,
@@ -422,12 +437,9 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
                 # copies go there now.
                 gl.thread_barrier()
                 if SMALL_PAGES:
-                    rows, ok = paging.tile_rows(ROW_L, first_row, kv_len, t + 1, t + 1 < my_end, page_next, num_pages,
-                                                page_shift, PAGED)
-                    _copy_rows(kv_ptr, kv_stride, tma_bars.index(1 - slot), raw, raw_last, 1 - slot, rows, ok,
-                               t + 1 < my_end)
-                    page_next = paging.tile_pages(ROW_L, pages_ptr, first_row, kv_len, t + 2, t + 2 < my_end,
-                                                  page_shift, PAGED)
+                    _copy_rows(kv_ptr, kv_stride, tma_bars.index(1 - slot), raw, raw_last, 1 - slot, first_row, kv_len,
+                               t + 1, t + 1 < my_end, pages_next, num_pages, page_shift, PAGED)
+                    pages_next = _row_pages(pages_ptr, first_row, kv_len, t + 2, t + 2 < my_end, page_shift, PAGED)
                 else:
                     if PAGED == 0:
                         row_next = first_row + (t + 1) * TILE
