@@ -27,15 +27,15 @@ the query:
   written to or read from shared memory, which ``decode`` spends 2 KB of shared-memory traffic
   per token on.
 - Rows of a tile past its request (the next request's, or its page's unused rows, or the copy's
-  zeros past the cache) are zeroed in shared memory after the copy lands (fp8), or get zero
-  scales (MXFP4), so neither product sees them.
+  zeros past the cache) are zeroed in shared memory after the copy lands (fp8; row copies fill
+  them with zeros instead), or get zero scales (MXFP4), so neither product sees them.
 - Paged: a tile's page entries are read a tile before its copies are issued, so the copies do
   not wait for them. In pages of at least a tile (``SMALL_PAGES`` False) a tile is one page's
   consecutive rows, and an entry outside the pool points the copy past the pool's rows, where it
   reads zeros. The copy engine cannot gather rows, so smaller pages (``SMALL_PAGES``) fill the
-  same buffers by row copies (``cp.async``, 16 bytes each, 18 per thread and tile, every thread
-  one row's half), completing on the same mbarriers; rows past the request or behind an entry
-  outside the pool are filled with zeros.
+  same buffers by row copies (``cp.async``, 16 bytes each, 18 per thread and tile, eight lanes
+  on each row's 128 bytes of a chunk pair: ``row_copy_layout``), completing on the same
+  mbarriers; rows past the request or behind an entry outside the pool are filled with zeros.
 - The query is staged once per request, by warpgroup 0, for both (warpgroup 1 computes the rows'
   multipliers of ``_stage_query`` from the same rows).
 - At the end of a request piece, warpgroup 1 hands its half's maximum, sum and accumulators to
@@ -528,8 +528,9 @@ def mla_decode_hopper_tma_kernel(
 
     ``decode.mla_decode_hopper_kernel``'s arguments (``compile.SIGNATURE``). Contiguous:
     kv_indptr[batch] must be the number of cache rows the copies may read (at most the cache's
-    rows). Paged (fp8 only): pages of at least TILE tokens (``page_shift >= 6``), so that each
-    tile is one copy of consecutive rows of one page (``paging.tile_start``).
+    rows). Paged (fp8 only): SMALL_PAGES False needs pages of at least TILE tokens (``page_shift
+    >= 6``), so that each tile is one copy of consecutive rows of one page (``paging.tile_start``);
+    SMALL_PAGES True reads any power-of-two page size by row copies.
     """
     gl.static_assert(PAGED == 0 or FORMAT == FMT_FP8, "the staged kernel reads paged fp8 caches, not paged MXFP4")
     gl.static_assert(PAGED != 0 or not SMALL_PAGES, "SMALL_PAGES is a form of the paged kernel")
