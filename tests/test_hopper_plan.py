@@ -248,3 +248,27 @@ def test_the_staged_fp8_kernel_gets_its_global_scratch_from_the_workspace(hopper
     monkeypatch.setattr(triton_launch, "launcher_call_is_known", lambda cls: False)
     with pytest.raises(RuntimeError, match="backend='triton'"):
         mixmla.plan(indptr(kv_lens, device=CPU), num_heads=H, fmt="fp8", backend="gluon").run(q, cache)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
+@pytest.mark.parametrize("page_size", [1, 16, 32, 64, 128])
+def test_paged_plans_launch_the_form_of_their_page_size(hopper, fmt, page_size):
+    """A paged fp8 plan launches the staged kernel's row-copy form (``SMALL_PAGES``) for pages
+    smaller than a tile and its TMA form for the others, one program per SM either way; MXFP4 plans
+    launch ``decode``'s kernel, two programs per SM, whatever the page size. The launch gets the
+    pool's page count and the page size as a shift."""
+    from mixmla.kernels.gluon.compile import staged
+    from mixmla.paged import scatter_to_pages
+
+    _, _, calls, _ = hopper
+    kv_lens = [300, 5000, 64]
+    q, cache = _inputs(fmt, kv_lens)
+    batch = scatter_to_pages(cache, indptr(kv_lens, device=CPU), page_size, generator=torch.Generator().manual_seed(2))
+    p = mixmla.plan_paged(batch.block_table, batch.seq_lens, page_size, num_heads=H, fmt=fmt, backend="gluon")
+    p.run(q, batch.cache)
+    spec, args = calls[-1]
+    assert spec.PAGED == 1 and spec.SMALL_PAGES == (fmt == "fp8" and page_size < 64)
+    assert staged(spec) == (fmt == "fp8")
+    assert args[0] <= (132 if fmt == "fp8" else 264)
+    named = _pointer_args(args)
+    assert named["page_shift"] == page_size.bit_length() - 1 and named["num_pages"] == batch.cache.num_pages

@@ -59,7 +59,7 @@ def test_paged_decode_on_gpu(fmt, page_size, heads):
     assert torch.equal(out_csr, out)
 
 
-@pytest.mark.parametrize("page_size", [1, 16, 64, 128])
+@pytest.mark.parametrize("page_size", [1, 16, 32, 64, 128])
 @pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
 def test_paged_decode_on_the_hopper_kernel(fmt, page_size):
     """backend='gluon' over a shuffled pool (block table and CSR) against the reference; both forms
