@@ -3,7 +3,7 @@ design log step 91), each a copy of this checkout's ``src/`` with text edits of
 ``kernels/gluon/decode_tma.py`` that differ from it in one idea, timed by ``mixmla bench``'s paged
 mode in one device call.
 
-    PYTHONPATH=src python bench/studies/staged_rows_variants.py OUT [--variants pf,qfirst,rows4]
+    PYTHONPATH=src python bench/studies/staged_rows_variants.py OUT [--variants pf,pfl,qfirst,rows4]
         [--shape 256,1,8192 --shape 64,1,8192 ...] [--compile]
 
 - ``rows4``: four lanes per row for every chunk (64 bytes of 8 rows per copy instruction): the copy
@@ -11,6 +11,9 @@ mode in one device call.
 - ``pf``: an L2 prefetch of the tile after next's rows, one 576-byte bulk prefetch per row (its
   page entries read two tiles ahead): whether the rows' latency is what holds 256x8192 page 1 at
   x1.21 of contiguous.
+- ``pfl``: ``pf`` by per-thread line prefetches (``prefetch.global.L2``, five 128-byte lines per
+  row spread over the row's four lanes) instead of bulk prefetches, which take a uniform address
+  and so compile to a loop over the issuing lanes.
 - ``qfirst``: a piece's first tile's page entries read before its query, and that tile's copies
   issued after the query's loads, so that the two waits of a piece's start overlap: the small
   shapes, whose pieces are a few tiles (x1.11-1.19 at page 1).
@@ -73,6 +76,7 @@ def _copy_group("""), (
                     pages_pf = paging.tile_pages(paging.chunk_rows(4), pages_ptr, first_row, kv_len, t + 3,
                                                  t + 3 < my_end, page_shift, PAGED)
 """)],
+    "pfl": None,  # ``pf``'s edits with ``_PREFETCH_LINES`` as the helper (filled in below)
     "qfirst": [(
         """                _copy_rows(kv_ptr, kv_stride, tma_bars.index(it % 2), raw, raw_last, it % 2, first_row, kv_len,
                            my_begin, my_begin < my_end,
@@ -90,6 +94,25 @@ def _copy_group("""), (
                            my_begin, my_begin < my_end, pages_first, num_pages, page_shift, PAGED)
 """)],
 }
+
+
+#: ``pfl``'s prefetch helper: lane k of a row's four (``paging.chunk_rows(4)``) prefetches the
+#: row's 128-byte line k, lane 0 also line 4, so the 576 bytes' five lines are each asked for once.
+_PREFETCH_LINES = """@gluon.jit
+def _prefetch_rows(kv_ptr, kv_stride, first, kv_len, t, live, page, num_pages, page_shift, PAGED: gl.constexpr):
+    ROW_L: gl.constexpr = paging.chunk_rows(4)
+    rows, ok = paging.tile_rows(ROW_L, first, kv_len, t, live, page, num_pages, page_shift, PAGED)
+    gl.inline_asm_elementwise(
+        "{ .reg .pred p, q; .reg .u32 ln; .reg .u64 a; mov.u32 ln, %laneid; and.b32 ln, ln, 3; "
+        "setp.ne.u32 p, $2, 0; mul.wide.u32 a, ln, 128; add.u64 a, a, $1; @p prefetch.global.L2 [a]; "
+        "setp.eq.and.u32 q, ln, 0, p; @q prefetch.global.L2 [$1+512]; mov.u32 $0, 0; }",
+        "=r,l,r", [kv_ptr + rows.to(gl.int64) * kv_stride, ok.to(gl.int32)], dtype=gl.int32, is_pure=False,
+        pack=1)
+
+
+@gluon.jit
+def _copy_group("""
+EDITS["pfl"] = [(EDITS["pf"][0][0], _PREFETCH_LINES)] + EDITS["pf"][1:]
 
 
 def edited(source: str, edits) -> str:
@@ -143,7 +166,7 @@ def run_tree(src: str, cmd: list, log: str, timeout: float) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
-    ap.add_argument("--variants", default="pf,qfirst,rows4")
+    ap.add_argument("--variants", default="pf,pfl,qfirst,rows4")
     ap.add_argument("--shape", action="append", help="B,Lq,Lk as for mixmla bench (default 256x8192, 64x8192, "
                                                      "4x8192, 32x1024)")
     ap.add_argument("--compile", action="store_true", help="compile facts only (no GPU needed)")
