@@ -76,7 +76,6 @@ def _copy_group("""), (
                     pages_pf = paging.tile_pages(paging.chunk_rows(4), pages_ptr, first_row, kv_len, t + 3,
                                                  t + 3 < my_end, page_shift, PAGED)
 """)],
-    "pfl": None,  # ``pf``'s edits with ``_PREFETCH_LINES`` as the helper (filled in below)
     "qfirst": [(
         """                _copy_rows(kv_ptr, kv_stride, tma_bars.index(it % 2), raw, raw_last, it % 2, first_row, kv_len,
                            my_begin, my_begin < my_end,
@@ -112,7 +111,7 @@ def _prefetch_rows(kv_ptr, kv_stride, first, kv_len, t, live, page, num_pages, p
 
 @gluon.jit
 def _copy_group("""
-EDITS["pfl"] = [(EDITS["pf"][0][0], _PREFETCH_LINES)] + EDITS["pf"][1:]
+EDITS["pfl"] = [(EDITS["pf"][0][0], _PREFETCH_LINES)] + EDITS["pf"][1:]  # pf's, with this helper
 
 
 def edited(source: str, edits) -> str:
@@ -176,10 +175,9 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     trees = write_trees(args.out, names)
     if args.compile:
-        env_extra = {"TRITON_INTERPRET": "0"}
+        os.environ["TRITON_INTERPRET"] = "0"  # the compiles' child processes: Gluon does not interpret
         for name, src in trees.items():
             log = os.path.join(args.out, f"compile-{name}.log")
-            os.environ.update(env_extra)
             rc = run_tree(src, [sys.executable, "-c", COMPILE], log, 1800)
             with open(log) as f:
                 print(f"{name:<8} rc={rc} {f.read().strip().splitlines()[-1]}", flush=True)

@@ -59,7 +59,8 @@ class KernelSpec:
         return asdict(self)
 
 
-#: Tokens of a tile: ``decode_tma`` reads pages of at least this many tokens.
+#: Tokens of a tile: ``decode_tma`` copies a tile from one page with the copy engine where pages
+#: hold at least this many tokens, and by row copies from smaller ones (``KernelSpec.SMALL_PAGES``).
 TILE_TOKENS = 64
 
 

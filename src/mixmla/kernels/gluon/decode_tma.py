@@ -182,7 +182,9 @@ def row_copy_rows(chunks):
 @gluon.jit
 def _row_pages(pages_ptr, first, kv_len, t, live, page_shift, PAGED: gl.constexpr):
     """Tile ``t``'s page entries (``paging.tile_pages``) in the row layouts of both row copies
-    (pairs of chunks, chunk 8)."""
+    (pairs of chunks, chunk 8). Each thread reads its rows' entries for each layout (six loads, L1
+    hits after the first): converting one layout's entries into the other would go through shared
+    memory and a barrier."""
     return (paging.tile_pages(row_copy_rows(2), pages_ptr, first, kv_len, t, live, page_shift, PAGED),
             paging.tile_pages(row_copy_rows(1), pages_ptr, first, kv_len, t, live, page_shift, PAGED))
 

@@ -184,8 +184,7 @@ class HopperDecoder:
             torch.device("cuda", torch.cuda.current_device())
         self.spec = self.spec_of(self.batch, fmt, paged, self.num_heads, write_lse, page_size)
         self.format = self.spec.FORMAT
-        #: Whether the kernel is ``decode_tma``'s, whose paged form for pages of at least a tile reads
-        #: whole tiles of one page.
+        #: Whether the kernel is ``decode_tma``'s (tiles staged in shared memory), not ``decode``'s.
         self.staged = staged(self.spec, staged_kernel)
         self.programs = programs or programs_per_sm(self.spec, self.staged) * torch.cuda.get_device_properties(
             device).multi_processor_count
