@@ -15,6 +15,8 @@ What a serving loop that does not capture graphs pays on the host for every call
   call's kernels (the part of ``mla_decode``'s cost that is that wait); ``indptr host read``: the
   one transfer of both indptrs to the host that ``mla_decode``'s checks make; ``mla_decode (new
   lengths)``: after ``forget_lengths``.
+- ``plan (host indptrs)``, ``mla_decode (host indptrs)``: the same two with the indptrs as CPU
+  tensors (and an fp8 cache's scale given as a number), which read nothing from the device.
 - ``custom_kernel``: ``custom_kernel(data, fmt)`` (from its third call on, one graph replay and a
   copy of the output); ``custom_kernel eager``: ``use_graphs=False``.
 - ``flashinfer run``: ``BatchMLAPagedAttentionWrapper.run`` after its plan (bf16 and fp8), as
@@ -222,6 +224,12 @@ def measure(shapes, formats, calls, burst, paged_shapes=(), page_sizes=(), paged
             before=torch.cuda.synchronize if cuda else None)
         add(shape, fmt, "mla_decode (new lengths)", lambda: mixmla.mla_decode(q, cache, kv_indptr, qo_indptr),
             before=forget_lengths)
+        # The same with the indptrs on the host (and an fp8 scale given as a number): no value is
+        # read from the device, so the call need not wait for the previous call's kernels.
+        kv_host, qo_host = kv_indptr.cpu(), qo_indptr.cpu()
+        host_cache = mixmla.Fp8Cache(cache[0], float(cache[1].item())) if fmt == "fp8" else cache
+        add(shape, fmt, "plan (host indptrs)", lambda: mixmla.plan(kv_host, qo_host, HEADS, fmt, device=q.device))
+        add(shape, fmt, "mla_decode (host indptrs)", lambda: mixmla.mla_decode(q, host_cache, kv_host, qo_host))
         add(shape, fmt, "custom_kernel", lambda: api.custom_kernel(data, fmt))
         add(shape, fmt, "custom_kernel eager", lambda: api.custom_kernel(data, fmt, use_graphs=False))
         peer = _flashinfer_call(data, fmt) if cuda else None

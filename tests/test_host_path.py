@@ -414,3 +414,71 @@ def test_repeated_plans_read_the_values_and_own_their_buffers(monkeypatch):
     qo.copy_(torch.tensor([0, 2, 1, 3]))
     with pytest.raises(ValueError, match="qo_indptr must be non-decreasing"):
         mixmla.plan(kv, qo, num_heads=32)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8", "mxfp4"])
+def test_host_indptrs_decode_as_device_indptrs(fmt):
+    """Indptrs on the host (on the GPU: CPU tensors beside a CUDA q) give the bits of the same
+    indptrs on q's device, also after their values change in place between calls."""
+    q, cache = _batch(fmt, seed=20)
+    if fmt == "fp8":  # a scale given as a number, known on the host
+        cache = mixmla.Fp8Cache(cache.data, float(cache.scale.item()))
+    qo_lens = [1, 1, 1]
+    want = mixmla.mla_decode(q, cache, indptr(KV_LENS), indptr(qo_lens))
+    kv_host, qo_host = indptr(KV_LENS, device="cpu"), indptr(qo_lens, device="cpu")
+    for _ in range(2):  # the second call is the remembered layout's
+        assert torch.equal(mixmla.mla_decode(q, cache, kv_host, qo_host), want)
+    kv_host.copy_(indptr([70, 60, 73], device="cpu"))
+    got = mixmla.mla_decode(q, cache, kv_host, qo_host)
+    _assert_decodes(got, q, cache, kv_host.to(q.device), indptr(qo_lens))
+    assert torch.equal(got, mixmla.mla_decode(q, cache, indptr([70, 60, 73]), indptr(qo_lens)))
+    p = mixmla.plan(kv_host, qo_host, num_heads=H, fmt=fmt, device=q.device)
+    assert p.kv_indptr.device == q.device and torch.equal(p.run(q, cache), got)
+
+
+def test_an_fp8_scale_given_as_a_number_is_checked_without_a_read(monkeypatch):
+    """``Fp8Cache(data, number)``: the call's checks take the number instead of reading the scale
+    tensor, and still reject a bad one."""
+    q, fp8 = _batch("fp8", seed=21)
+    read = []
+    real = validate._host_values
+    monkeypatch.setattr(validate, "_host_values", lambda tensors: read.extend(tensors) or real(tensors))
+    cache = mixmla.Fp8Cache(fp8.data, 0.03125)
+    assert cache.host_scale == 0.03125 and cache.scale.device == fp8.data.device
+    _assert_decodes(mixmla.mla_decode(q, cache, indptr(KV_LENS, device="cpu")), q, cache, indptr(KV_LENS))
+    assert read and not any(t is cache.scale for t in read)
+    for bad in (0.0, float("nan"), -1.0):
+        with pytest.raises(ValueError, match="fp8 scale must be finite and > 0"):
+            mixmla.mla_decode(q, mixmla.Fp8Cache(fp8.data, bad), indptr(KV_LENS, device="cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
+def test_host_indptrs_do_not_wait_for_queued_kernels(fmt):
+    """With host indptrs (and an fp8 scale given as a number) ``mla_decode`` returns while a kernel
+    queued before it still runs; with device indptrs its read waits for that kernel. Repeated
+    calls with the same host values share one device copy of them."""
+    q, cache = _batch(fmt, seed=22)
+    if fmt == "fp8":
+        cache = mixmla.Fp8Cache(cache.data, float(cache.scale.item()))
+    kv_host = indptr(KV_LENS, device="cpu")
+    want = mixmla.mla_decode(q, cache, indptr(KV_LENS))
+    mixmla.mla_decode(q, cache, kv_host)  # compiled and planned: what follows is the host path
+    torch.cuda.synchronize()
+    copies = len(api._HOST_COPIES)
+
+    def queued_then(call):
+        torch.cuda._sleep(200_000_000)  # about 0.1 s of one SM's clock
+        queued = torch.cuda.Event()
+        queued.record()
+        out = call()
+        busy = not queued.query()
+        torch.cuda.synchronize()
+        return busy, out
+
+    busy, got = queued_then(lambda: mixmla.mla_decode(q, cache, kv_host))
+    assert busy and torch.equal(got, want)
+    assert len(api._HOST_COPIES) == copies
+    kv_device = indptr(KV_LENS)
+    busy, got = queued_then(lambda: mixmla.mla_decode(q, cache, kv_device))
+    assert not busy and torch.equal(got, want)

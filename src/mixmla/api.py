@@ -69,8 +69,7 @@ class DecodePlan:
         self.total_kv = int(kv_host[-1])
         # The indptrs are kept by reference when already int32 on the device, so that in-place
         # updates between graph replays are seen.
-        self.kv_indptr = self._device_int32(kv_indptr, kv_host)
-        self.qo_indptr = self._device_int32(qo_indptr, qo_host)
+        self.kv_indptr, self.qo_indptr = _device_indptrs(kv_indptr, qo_indptr, kv_host, qo_host, self.device)
 
     def _setup(self, device, kv_host: np.ndarray, qo_host: np.ndarray, num_heads: int, fmt: str, scale: float,
                config, backend: str, page_size: int = 0, planned: "_Planned | None" = None) -> "_Planned":
@@ -196,7 +195,9 @@ def plan(kv_indptr: torch.Tensor, qo_indptr: torch.Tensor | None = None, num_hea
     """Plan decode attention for one batch layout (reads the indptrs on the host once).
 
     kv_indptr: (batch+1,) int32/int64 prefix sums of cached tokens per request. qo_indptr:
-    (batch+1,) prefix sums of query tokens per request (None: one per request). num_heads: H in
+    (batch+1,) prefix sums of query tokens per request (None: one per request). Both on one
+    device; on the host they are read without a device transfer, and copied to ``device``
+    without waiting for its queued kernels. num_heads: H in
     {16, 32, 64, 128}. fmt: 'bf16', 'fp8' or 'mxfp4', the cache format ``run`` will get.
     sm_scale: softmax scale (default 1/sqrt(576)). device: where to run (default: kv_indptr's).
     config: kernel shape override for the backend (Triton: a ``KernelConfig``; default: tuned per
@@ -216,8 +217,11 @@ def mla_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, qo_indptr: torch
     q: (total_q, H, 576) bf16, H in {16, 32, 64, 128}. cache: ``Bf16Cache``/``Fp8Cache``/
     ``Mxfp4Cache`` or the benchmark form (bf16 (N, 1, 576) tensor, (fp8 tensor, scale) or (fp4
     bytes (N, 1, 288), E8M0 scales (>=N, >=18))). kv_indptr, qo_indptr: (batch+1,) int32/int64
-    prefix sums (qo_indptr None: one query token per request). With Lq > 1 query tokens, token i
-    sees cache rows 0 .. Lk-Lq+i of its request. sm_scale: default 1/sqrt(576).
+    prefix sums (qo_indptr None: one query token per request), on q's device or both on the host.
+    The checks read their values on the host: from q's device that read waits for the kernels
+    queued before it; host indptrs (with a bf16 or MXFP4 cache, or an ``Fp8Cache`` whose scale was
+    given as a number) let the call return without waiting for the GPU. With Lq > 1 query tokens,
+    token i sees cache rows 0 .. Lk-Lq+i of its request. sm_scale: default 1/sqrt(576).
     out: optional contiguous (total_q, H, 512) bf16 to write, or float32 to get the output before
     its rounding to bf16 (for merging partial results, as ``mixmla.distributed`` does; 'auto' then
     means the Triton backend, the one that writes float32). config, backend: as for ``plan``.
@@ -298,10 +302,7 @@ def _one_call(ready, device: torch.device, q: torch.Tensor, cache, kv_indptr: to
     kv_host, qo_host the indptrs' host values (qo_host unused when qo_indptr is None); returns
     what ``mla_decode`` returns."""
     out, lse = _one_call_results(q.shape[0], q.shape[1], device, out, return_lse)
-    dtypes = ready.indptr_dtypes
-    kv = _readable(kv_indptr, kv_host, device, dtypes)
-    qo = _request_range(device, kv_indptr.shape[0] - 1) if qo_indptr is None else \
-        _readable(qo_indptr, qo_host, device, dtypes)
+    kv, qo = _device_indptrs(kv_indptr, qo_indptr, kv_host, qo_host, device, ready.indptr_dtypes, shared=True)
     ready.run(q, cache, kv, qo, out, lse)
     return (out, lse) if return_lse else out
 
@@ -349,14 +350,67 @@ def _readable(t: torch.Tensor, host: np.ndarray, device: torch.device, dtypes: t
 
 def _device_int32(t: torch.Tensor | None, host: np.ndarray, device: torch.device) -> torch.Tensor:
     """An indptr as int32 on ``device`` (``t`` itself when it is that; None: ``[0, .., batch]``);
-    ``host`` holds its values."""
+    ``host`` holds its values (a host ``t`` goes through ``_host_copy``)."""
     if t is not None and t.dtype == torch.int32 and t.device == device:
         return t
     if t is not None and t.device == device:
         return t.to(torch.int32)  # on the device: no transfer
     if t is None:  # one query per request
-        return torch.arange(host.shape[0], dtype=torch.int32, device=device)
-    return torch.from_numpy(host.astype(np.int32)).to(device)
+        return _request_range(device, host.shape[0] - 1)
+    return _host_copy([host.astype(np.int32)], device, False)[0]
+
+
+#: ``_host_copy``'s copies of host values, by (device, stream, bytes), in the order they were made.
+_HOST_COPIES: dict = {}
+_HOST_COPIES_KEPT = 32
+
+
+def _host_copy(arrays: list, device: torch.device, shared: bool) -> list:
+    """Each of ``arrays`` (1-D int32 numpy) on ``device``, as views of one transfer (each at a
+    16-byte boundary, the alignment the kernels are compiled for). On a GPU it goes through a pinned
+    buffer and is queued on the current stream without a wait: a copy from pageable memory would
+    wait for every kernel queued before it, which host-side indptrs are there to avoid. Torch's
+    caching host allocator keeps the pinned block until the transfer has run. ``shared``: the views
+    of the same values made on the same stream by an earlier call are returned instead (a serving
+    loop that gives every layer's decode the same host indptrs transfers them once); the stream
+    in the key orders that transfer before every kernel that reads them."""
+    if device.type != "cuda":
+        return [torch.from_numpy(a).to(device) for a in arrays]
+    key = None
+    if shared:
+        key = (device, current_stream(device), tuple([a.tobytes() for a in arrays]))
+        hit = _HOST_COPIES.get(key)
+        if hit is not None:
+            return hit
+    starts = [0]
+    for a in arrays:
+        starts.append(starts[-1] + -(-a.shape[0] // 4) * 4)
+    staged = torch.zeros(starts[-1], dtype=torch.int32, pin_memory=True)
+    values = staged.numpy()
+    for a, at in zip(arrays, starts):
+        values[at:at + a.shape[0]] = a
+    copy = staged.to(device, non_blocking=True)
+    views = [copy[at:at + a.shape[0]] for a, at in zip(arrays, starts)]
+    if key is not None:
+        _HOST_COPIES[key] = views
+        if len(_HOST_COPIES) > _HOST_COPIES_KEPT:
+            _HOST_COPIES.pop(next(iter(_HOST_COPIES)), None)
+    return views
+
+
+def _device_indptrs(kv: torch.Tensor, qo: torch.Tensor | None, kv_host: np.ndarray, qo_host: np.ndarray,
+                    device: torch.device, dtypes: tuple | None = None, shared: bool = False) -> tuple:
+    """``(kv, qo)`` as kernels on ``device`` read them (``qo`` None: ``[0, .., batch]``): a tensor on
+    ``device`` of ``dtypes`` as it is (``dtypes`` None: int32 only), others as int32 copies; host
+    tensors both in one transfer (``_host_copy``; ``shared`` as there). kv_host, qo_host: their
+    values (int64 numpy)."""
+    if kv.device.type == "cpu" and device.type == "cuda" and (qo is None or qo.device.type == "cpu"):
+        arrays = [kv_host.astype(np.int32)] + ([] if qo is None else [qo_host.astype(np.int32)])
+        views = _host_copy(arrays, device, shared)
+        return views[0], (_request_range(device, kv.shape[0] - 1) if qo is None else views[1])
+    dtypes = dtypes or (torch.int32, )
+    kv_d = _readable(kv, kv_host, device, dtypes)
+    return kv_d, (_request_range(device, kv.shape[0] - 1) if qo is None else _readable(qo, qo_host, device, dtypes))
 
 
 class _Planned:

@@ -427,10 +427,12 @@ def _check_indptr_values(name: str, vals: np.ndarray, max_last=None, last=None, 
 
 def call_values(kv_indptr: torch.Tensor, qo_indptr: Optional[torch.Tensor], kv_cache) -> list:
     """The host values the value checks of one call read, in one transfer: kv_indptr, qo_indptr
-    (when not None) and the scale of an fp8 ``kv_cache`` (a container), as ``_host_values``
-    returns them (int64 and float32 numpy arrays)."""
+    (when not None) and the scale of an fp8 ``kv_cache`` (a container; its ``host_scale`` when it
+    has one), as ``_host_values`` returns them (int64 and float32 numpy arrays)."""
     tensors = [kv_indptr] if qo_indptr is None else [kv_indptr, qo_indptr]
     if isinstance(kv_cache, Fp8Cache):
+        if kv_cache.host_scale is not None:
+            return _host_values(tensors) + [np.array([kv_cache.host_scale], dtype=np.float32)]
         tensors.append(kv_cache.scale)
     return _host_values(tensors)
 
@@ -476,8 +478,9 @@ def check_decode_inputs(
     """All checks for ``mla_decode``; raises before anything is launched.
 
     q: (total_q, H, 576) bf16, stride(-1) == 1. cache: any format (see ``check_cache``), N rows on
-    q's device. kv_indptr: (batch+1,) int32/int64 on q's device, prefix sums of cache rows per
-    request. qo_indptr: same for q's rows, or None (one query per request, total_q == batch).
+    q's device. kv_indptr: (batch+1,) int32/int64 on q's device or on the host, prefix sums of
+    cache rows per request. qo_indptr: same for q's rows (on kv_indptr's device), or None (one
+    query per request, total_q == batch).
     sm_scale: None or finite float > 0. out: None or contiguous (total_q, H, 512) bf16 or float32
     on q's device.
     num_heads_supported: allowed H. check_values: also check the indptr values and the fp8 scale
@@ -493,10 +496,15 @@ def check_decode_inputs(
     kv_cache = check_cache(cache, device)
     scale = check_sm_scale(sm_scale)
 
-    check_indptr("kv_indptr", kv_indptr, device=device, check_values=False)
+    # The indptrs may be on the host (read there without a sync), both of them.
+    on_host = isinstance(kv_indptr, torch.Tensor) and kv_indptr.device.type == "cpu"
+    check_indptr("kv_indptr", kv_indptr, device=None if on_host else device, check_values=False)
     batch = kv_indptr.shape[0] - 1
     if qo_indptr is not None:
-        check_indptr("qo_indptr", qo_indptr, device=device, batch=batch, check_values=False)
+        check_indptr("qo_indptr", qo_indptr, device=None if on_host else device, batch=batch, check_values=False)
+        if on_host and qo_indptr.device != kv_indptr.device:
+            raise ValueError(f"qo_indptr is on {qo_indptr.device} but kv_indptr is on {kv_indptr.device}; the "
+                             f"indptrs share one device: q's or the host's")
     elif total_q != batch:
         raise ValueError(f"qo_indptr is None, which means one query row per request (batch = {batch} from "
                          f"kv_indptr), but q has total_q = {total_q} rows; pass qo_indptr")

@@ -74,7 +74,9 @@ class Bf16Cache(_TokenRows):
 @dataclass(frozen=True)
 class Fp8Cache(_TokenRows):
     """Per-tensor fp8 cache: ``data`` (N, 576) or (N, 1, 576) float8 e4m3 (``e4m3fn`` or ``e4m3fnuz``),
-    ``scale`` a one-element float32 tensor with ``x ~ data * scale``. 576 bytes per token."""
+    ``scale`` a one-element float32 tensor with ``x ~ data * scale``, or a Python number (kept as
+    such a tensor on the data's device, and known on the host: a call's checks of it then read
+    nothing from the device). 576 bytes per token."""
 
     data: torch.Tensor
     scale: torch.Tensor
@@ -87,8 +89,12 @@ class Fp8Cache(_TokenRows):
         if rows.dtype not in FP8_DTYPES:
             raise TypeError(f"fp8 cache must have dtype float8_e4m3fn or float8_e4m3fnuz, got {rows.dtype}")
         scale = self.scale
+        host_scale = None
         if not isinstance(scale, torch.Tensor):
-            scale = torch.tensor([float(scale)], dtype=torch.float32, device=rows.device)
+            host_scale = float(scale)
+            scale = torch.tensor([host_scale], dtype=torch.float32, device=rows.device)
+        #: The scale's value when it was given as a number (the tensor is then this container's own).
+        object.__setattr__(self, "host_scale", host_scale)
         if scale.numel() != 1:
             raise ValueError(f"fp8 scale must hold exactly one value, got shape {tuple(scale.shape)}")
         if not scale.dtype.is_floating_point:
