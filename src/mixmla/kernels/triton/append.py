@@ -114,25 +114,24 @@ def append_kv_kernel(kv_ptr, kv_stride, slots, num_slots, out_ptr, out_stride, s
     dst = out_ptr + slot * out_stride
     # The source row is read whatever the slot (row i always exists), so its load does not wait
     # for the slot's: only the stores depend on it.
+    cols = tl.arange(0, ROW_POW2)
+    x = tl.load(src + cols, mask=cols < ROW, other=0)
     if FORMAT == FMT_MXFP4:
+        # The row as 32 blocks of 32 values (18 used): a reshape of the row's one load, so each
+        # thread holds 8 consecutive values of a block and a block's maximum takes shuffles within
+        # 4 lanes, no shared memory; then its even and odd values, which share a byte (low and
+        # high nibble), 4 bytes in a row per thread, the layout of the store.
+        blocks = tl.reshape(_bf16_bits_to_f32(x), [32, 32])
+        e = block_exponent(tl.max(tl.abs(blocks), axis=1))
+        even, odd = tl.split(tl.reshape(blocks * _pow2(-e)[:, None], [32, 16, 2]))
+        byte = encode_e2m1(even) | (encode_e2m1(odd) << 4)
         blk = tl.arange(0, 32)[:, None]
         j = tl.arange(0, 16)[None, :]
-        rd = blk < MX_BLOCKS
-        m = rd & ok
-        # Even and odd values of each 32-value block: they share a byte, low and high nibble.
-        even = _bf16_bits_to_f32(tl.load(src + blk * 32 + 2 * j, mask=rd, other=0))
-        odd = _bf16_bits_to_f32(tl.load(src + blk * 32 + 2 * j + 1, mask=rd, other=0))
-        amax = tl.maximum(tl.max(tl.abs(even), axis=1), tl.max(tl.abs(odd), axis=1))
-        e = block_exponent(amax)
-        inv = _pow2(-e)[:, None]
-        byte = encode_e2m1(even * inv) | (encode_e2m1(odd * inv) << 4)
-        tl.store(dst + blk * 16 + j, byte.to(tl.uint8), mask=m)
+        tl.store(dst + blk * 16 + j, byte.to(tl.uint8), mask=(blk < MX_BLOCKS) & ok)
         blk1 = tl.arange(0, 32)
         tl.store(scale_ptr + slot * scale_stride + blk1, (e + 127).to(tl.uint8), mask=(blk1 < MX_BLOCKS) & ok)
     else:
-        cols = tl.arange(0, ROW_POW2)
         m = (cols < ROW) & ok
-        x = tl.load(src + cols, mask=cols < ROW, other=0)
         if FORMAT == FMT_FP8 or FORMAT == FMT_FP8_FNUZ:
             FNUZ: tl.constexpr = FORMAT == FMT_FP8_FNUZ
             FMAX: tl.constexpr = 240.0 if FNUZ else 448.0
