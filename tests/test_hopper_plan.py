@@ -272,3 +272,25 @@ def test_paged_plans_launch_the_form_of_their_page_size(hopper, fmt, page_size):
     assert args[0] <= (132 if fmt == "fp8" else 264)
     named = _pointer_args(args)
     assert named["page_shift"] == page_size.bit_length() - 1 and named["num_pages"] == batch.cache.num_pages
+
+
+def test_piece_counts_are_disjoint_zeroed_parts_of_shared_blocks(monkeypatch):
+    """``new_counters``: each workspace's counts are zeros no other live workspace shares, at 16-byte
+    boundaries, cut from one zeroed block per stream until it runs out (then a new block); counts
+    of more than a quarter of a block get a tensor of their own."""
+    from mixmla.kernels.gluon import launch
+
+    monkeypatch.setattr(launch, "COUNTER_BLOCK", 64)
+    monkeypatch.setattr(launch, "_COUNTER_BLOCKS", {})
+    parts = [launch.new_counters(b, CPU) for b in (8, 3, 8, 7, 5, 2)]
+    for p, b in zip(parts, (8, 3, 8, 7, 5, 2)):
+        assert p.shape == (2 * b,) and p.dtype == torch.int32 and p.data_ptr() % 16 == 0
+        assert torch.equal(p, torch.zeros(2 * b, dtype=torch.int32))
+    for p in parts:
+        p.fill_(1)  # a workspace writing its counts reaches no other's
+    spans = sorted((p.data_ptr(), p.data_ptr() + 4 * p.numel()) for p in parts)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    blocks = {p.untyped_storage().data_ptr() for p in parts}
+    assert 1 < len(blocks) < len(parts)  # shared blocks, and a new one once the first ran out
+    fresh = launch.new_counters(40, CPU)
+    assert torch.equal(fresh, torch.zeros(80, dtype=torch.int32)) and fresh.untyped_storage().nbytes() == 320
