@@ -280,10 +280,10 @@ def new_counters(batch: int, device: torch.device) -> torch.Tensor:
     mergers done).
 
     They are cut from a zeroed block of the current stream (``_COUNTER_BLOCKS``), each part handed
-    out once, so that a plan does not pay a fill kernel's launch of its own (a ``torch.zeros`` per
-    plan cost 12 us of host time on the H200, three times an allocation); a new block is zeroed
-    when one runs out. The block's fill is queued on the stream the counts are taken on, before any
-    launch there that reads them, as a ``torch.zeros`` of their own would be."""
+    out once, so that a plan does not pay the host cost of a fill kernel's launch of its own (a
+    ``torch.zeros`` costs an allocation and a launch); a new block is zeroed when one runs out.
+    The block's fill is queued on the stream the counts are taken on, before any launch there that
+    reads them, as a ``torch.zeros`` of their own would be."""
     n = 2 * max(1, batch)
     if n > COUNTER_BLOCK // 4:
         return torch.zeros(n, dtype=torch.int32, device=device)
