@@ -89,12 +89,12 @@ class Fp8Cache(_TokenRows):
         if rows.dtype not in FP8_DTYPES:
             raise TypeError(f"fp8 cache must have dtype float8_e4m3fn or float8_e4m3fnuz, got {rows.dtype}")
         scale = self.scale
-        host_scale = None
         if not isinstance(scale, torch.Tensor):
-            host_scale = float(scale)
-            scale = torch.tensor([host_scale], dtype=torch.float32, device=rows.device)
-        #: The scale's value when it was given as a number (the tensor is then this container's own).
-        object.__setattr__(self, "host_scale", host_scale)
+            value = float(scale)
+            scale = torch.tensor([value], dtype=torch.float32, device=rows.device)
+            # The value rides on the container's own tensor (``host_scale``), not on the container,
+            # whose attributes are its tensors.
+            scale.mixmla_host_value = value
         if scale.numel() != 1:
             raise ValueError(f"fp8 scale must hold exactly one value, got shape {tuple(scale.shape)}")
         if not scale.dtype.is_floating_point:
@@ -105,6 +105,12 @@ class Fp8Cache(_TokenRows):
         if scale.dim() != 1:
             scale = scale.reshape(1)
         object.__setattr__(self, "scale", scale if scale.dtype == torch.float32 else scale.to(torch.float32))
+
+    @property
+    def host_scale(self) -> float | None:
+        """The scale's value when it was given as a number (then ``scale`` is this container's own
+        tensor of it), else None."""
+        return getattr(self.scale, "mixmla_host_value", None)
 
     @property
     def is_fnuz(self) -> bool:
