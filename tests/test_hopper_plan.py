@@ -294,3 +294,19 @@ def test_piece_counts_are_disjoint_zeroed_parts_of_shared_blocks(monkeypatch):
     assert 1 < len(blocks) < len(parts)  # shared blocks, and a new one once the first ran out
     fresh = launch.new_counters(40, CPU)
     assert torch.equal(fresh, torch.zeros(80, dtype=torch.int32)) and fresh.untyped_storage().nbytes() == 320
+
+
+def test_only_decode_tma_reads_fp8():
+    """``compile.staged``: fp8 specializations are ``decode_tma``'s, and asking for ``decode``'s
+    (which reads MXFP4 only) is a ValueError; MXFP4 is ``decode``'s unless the staged form is asked for."""
+    from mixmla.kernels.gluon.compile import staged
+    from mixmla.kernels.gluon.launch import shipped_specs
+
+    specs = shipped_specs()
+    fp8 = [s for s in specs if s.FORMAT == 1]
+    mx = [s for s in specs if s.FORMAT == 2]
+    assert fp8 and mx
+    assert all(staged(s) and staged(s, True) for s in fp8)
+    assert not any(staged(s) or staged(s, False) for s in mx) and all(staged(s, True) for s in mx)
+    with pytest.raises(ValueError, match="staged_kernel=False"):
+        staged(fp8[0], False)

@@ -67,12 +67,14 @@ TILE_TOKENS = 64
 def staged(spec: KernelSpec, staged_kernel: bool | None = None) -> bool:
     """Whether ``spec`` is compiled from ``decode_tma`` (whole tiles staged in shared memory, one
     program of two warpgroups per SM) rather than ``decode`` (two programs of one warpgroup per SM):
-    ``staged_kernel`` where given (True needs fp8 or PAGED 0), else the kernel that serves
-    ``spec``: ``decode_tma`` for fp8, contiguous or paged. ``decode_tma`` also reads contiguous
-    MXFP4 caches, but is slower there than ``decode`` so far (docs/PERF.md, design log step 89)."""
-    if staged_kernel is not None:
-        return bool(staged_kernel)
-    return spec.FORMAT == FMT_FP8.value
+    the kernel that serves ``spec`` (``decode_tma`` for fp8, contiguous or paged; ``decode`` for
+    MXFP4), unless ``staged_kernel`` is True for a contiguous MXFP4 ``spec``: ``decode_tma`` also
+    reads those, but is slower there than ``decode`` so far (docs/PERF.md, design log step 89).
+    ``decode`` reads no fp8 cache: ``staged_kernel`` False for fp8 is a ValueError."""
+    fp8 = spec.FORMAT == FMT_FP8.value
+    if staged_kernel is not None and not staged_kernel and fp8:
+        raise ValueError("staged_kernel=False: fp8 caches are read by decode_tma only")
+    return fp8 or bool(staged_kernel)
 
 
 @functools.lru_cache(maxsize=None)

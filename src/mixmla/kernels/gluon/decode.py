@@ -1,5 +1,5 @@
-"""The Hopper (sm_90a) MLA decode kernel for MXFP4 and paged fp8 caches, in Gluon (contiguous fp8:
-``decode_tma``, which composes this module's work split, tile pieces and merge).
+"""The Hopper (sm_90a) MLA decode kernel for MXFP4 caches, contiguous or paged, in Gluon (fp8 caches:
+``decode_tma``, which composes this module's work split, query staging, tile pieces and merge).
 
 One launch does the whole call. The grid is persistent (two programs per SM, each one warpgroup);
 every program derives its share of the work from the indptrs on the device: each request costs its
@@ -27,7 +27,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_init, warpgroup_mma_wait)
 
 from ..constants import FMT_FP8, FMT_MXFP4, LN2, LOG2E
-from . import fp8, mxfp4, paging
+from . import mxfp4, paging
 from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_column, operand_order, p_layout, q_layout,
                       score_layout, to_key_operand, v_layout)
 
@@ -82,53 +82,23 @@ def _tile_max(s, red_smem, ROWS: gl.constexpr):
 
 
 @gluon.jit
-def _load_chunk(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok, C: gl.constexpr):
-    if FORMAT == FMT_MXFP4:
-        return mxfp4.load_chunk(kv_ptr, row_off, sc_ptr, sc_off, ok, C)
-    else:
-        return fp8.load_chunk(kv_ptr, row_off, ok, C)
-
-
-@gluon.jit
-def _decode_chunk(FORMAT: gl.constexpr, raw, tables):
-    if FORMAT == FMT_MXFP4:
-        return mxfp4.decode_chunk(raw[0], raw[1], tables)
-    else:
-        return fp8.decode_chunk(raw)
-
-
-@gluon.jit
-def _tile_rows(FORMAT: gl.constexpr, PAGED: gl.constexpr, first, kv_len, t, live, page, num_pages, page_shift,
-               kv_stride, sc_stride):
-    """Offsets of tile ``t``'s token rows (cache rows in 32-bit words, MXFP4 scale rows in bytes)
-    and which rows exist; ``page``: the tile's ``paging.tile_pages``."""
-    WPT: gl.constexpr = 2 if FORMAT == FMT_MXFP4 else 4
-    row, ok = paging.tile_rows(paging.chunk_rows(WPT), first, kv_len, t, live, page, num_pages, page_shift, PAGED)
+def _tile_rows(PAGED: gl.constexpr, first, kv_len, t, live, page, num_pages, page_shift, kv_stride, sc_stride):
+    """Offsets of tile ``t``'s token rows (cache rows in 32-bit words, scale rows in bytes) and which
+    rows exist; ``page``: the tile's ``paging.tile_pages``."""
+    row, ok = paging.tile_rows(paging.chunk_rows(2), first, kv_len, t, live, page, num_pages, page_shift, PAGED)
     return paging.row_offsets(row, kv_stride, PAGED), paging.row_offsets(row, sc_stride, PAGED), ok
 
 
 @gluon.jit
-def _tile_pages(FORMAT: gl.constexpr, PAGED: gl.constexpr, pages_ptr, first, kv_len, t, live, page_shift):
-    WPT: gl.constexpr = 2 if FORMAT == FMT_MXFP4 else 4
-    return paging.tile_pages(paging.chunk_rows(WPT), pages_ptr, first, kv_len, t, live, page_shift, PAGED)
+def _tile_pages(PAGED: gl.constexpr, pages_ptr, first, kv_len, t, live, page_shift):
+    return paging.tile_pages(paging.chunk_rows(2), pages_ptr, first, kv_len, t, live, page_shift, PAGED)
 
 
 @gluon.jit
-def _prefetch_tile(FORMAT: gl.constexpr, PAGED: gl.constexpr, kv_ptr, first, kv_len, t, live, page, num_pages,
-                   page_shift, kv_stride):
-    """L2 prefetch of tile ``t``'s fp8 cache rows (``paging.prefetch_rows``). Not for MXFP4: its loads
-    wait less (half the bytes), and the prefetch made it slower."""
-    if FORMAT == FMT_FP8:
-        row, ok = paging.tile_rows(paging.chunk_rows(4), first, kv_len, t, live, page, num_pages, page_shift, PAGED)
-        paging.prefetch_rows(4, kv_ptr, kv_len, t, paging.row_offsets(row, kv_stride, PAGED), ok, kv_stride,
-                             page_shift, PAGED)
-
-
-@gluon.jit
-def _load_tile(FORMAT: gl.constexpr, kv_ptr, sc_ptr, row_off, sc_off, ok):
+def _load_tile(kv_ptr, sc_ptr, row_off, sc_off, ok):
     raw = ()
     for c in gl.static_range(NUM_CHUNKS):
-        raw = raw + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )
+        raw = raw + (mxfp4.load_chunk(kv_ptr, row_off, sc_ptr, sc_off, ok, c), )
     return raw
 
 
@@ -475,11 +445,11 @@ def mla_decode_hopper_kernel(
     H: gl.constexpr, ROWS: gl.constexpr, FORMAT: gl.constexpr, BLOCK_B: gl.constexpr, C0: gl.constexpr,
     WRITE_LSE: gl.constexpr, PAGED: gl.constexpr, SMALL_PAGES: gl.constexpr,
 ):
-    """Grid: (programs,), persistent; one warpgroup (4 warps) per program.
+    """Grid: (programs,), persistent; one warpgroup (4 warps) per program. FORMAT: MXFP4 only.
 
     q (total_q, H, 576) bf16, strides (stride_qt, stride_qh, 1). kv: the cache rows as 32-bit words
-    (MXFP4: 288 code bytes, fp8 e4m3fn: 576), row stride kv_stride words; sc: MXFP4 E8M0 rows,
-    stride sc_stride bytes (unused for fp8); fp8_scale_ptr: the fp8 tensor scale, one float32.
+    (288 code bytes), row stride kv_stride words; sc: the E8M0 rows, stride sc_stride bytes;
+    fp8_scale_ptr: not read (``compile.SIGNATURE`` is shared with ``decode_tma``).
     kv_indptr (batch+1,) int32 prefix sums of cache rows, or with PAGED the cached-token counts
     (batch,) int32 and the page table in pages_ptr, page_indptr, page_stride, max_pages (pages of
     1 << page_shift tokens, num_pages in the cache; ``paging``). qo_indptr (batch+1,) int32.
@@ -492,8 +462,9 @@ def mla_decode_hopper_kernel(
     than a tile).
     """
     gl.static_assert(ROWS == 16, "the Hopper kernel covers 16 query rows per request")
+    gl.static_assert(FORMAT == FMT_MXFP4, "decode reads MXFP4 caches (fp8: decode_tma)")
     acc_l: gl.constexpr = score_layout(ROWS)
-    MMA_DT: gl.constexpr = gl.float16 if FORMAT == FMT_FP8 else gl.bfloat16
+    MMA_DT: gl.constexpr = gl.bfloat16
     q_smem = gl.allocate_shared_memory(MMA_DT, [NUM_CHUNKS, ROWS, CHUNK], q_layout())
     # One buffer per 64 value columns: the compiler's shared-memory hazard analysis treats stores to
     # slices of one buffer as conflicting and would put a barrier between consecutive chunks.
@@ -511,14 +482,10 @@ def mla_decode_hopper_kernel(
     bi, cost, cum, total, u_begin, u_end = _program_units(pid, num_programs, kv_indptr, page_indptr, max_pages,
                                                           page_shift, batch, BLOCK_B, C0, PAGED)
 
-    kscale = 1.0
-    tables = ()
-    if FORMAT == FMT_FP8:
-        kscale = gl.load(fp8_scale_ptr)
-    else:
-        # A 0 read from shared memory: the tables then live in ordinary registers (prmt reads its
-        # table operands from them; in uniform registers they are copied out before every use).
-        tables = mxfp4.decode_tables(gl.sum(zero_smem.load(one), axis=0))
+    kscale = 1.0  # the values' scale (``_write_request``): MXFP4's are in the codes' block scales
+    # A 0 read from shared memory: the tables then live in ordinary registers (prmt reads its
+    # table operands from them; in uniform registers they are copied out before every use).
+    tables = mxfp4.decode_tables(gl.sum(zero_smem.load(one), axis=0))
     n = gl.arange(0, ROWS, layout=gl.SliceLayout(0, acc_l))
     # Row k of a value accumulator is stored column chunk_column(k) of its chunk (the value tile is
     # written in the key operand's column order).
@@ -537,19 +504,13 @@ def mla_decode_hopper_kernel(
             t_begin, t_end = _piece_tiles(u_begin, u_end, start_b, cum_b, kv_len, C0)
 
             q_rows = _load_query(q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
-            # A tile's page entries are read two tiles before its rows, its rows prefetched into L2
-            # one tile before they are loaded (``paging``).
-            page = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t_begin, t_begin < t_end, page_shift)
-            row_off, sc_off, ok = _tile_rows(FORMAT, PAGED, first_row, kv_len, t_begin, t_begin < t_end, page,
-                                             num_pages, page_shift, kv_stride, sc_stride)
-            raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)
-            page = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end,
-                               page_shift)
-            page2 = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t_begin + 2, t_begin + 2 < t_end,
-                                page_shift)
-            if PAGED == 0:  # paged: tile t_begin + 1's entries were only just asked for
-                _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page,
-                               num_pages, page_shift, kv_stride)
+            # A tile's page entries are read two tiles before its rows (``paging``).
+            page = _tile_pages(PAGED, pages_ptr, first_row, kv_len, t_begin, t_begin < t_end, page_shift)
+            row_off, sc_off, ok = _tile_rows(PAGED, first_row, kv_len, t_begin, t_begin < t_end, page, num_pages,
+                                             page_shift, kv_stride, sc_stride)
+            raw = _load_tile(kv_ptr, sc_ptr, row_off, sc_off, ok)
+            page = _tile_pages(PAGED, pages_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page_shift)
+            page2 = _tile_pages(PAGED, pages_ptr, first_row, kv_len, t_begin + 2, t_begin + 2 < t_end, page_shift)
             q_mult = _stage_query(FORMAT, q_smem, q_rows, ROWS)
             qk = (sm_scale * LOG2E * kscale) / gl.convert_layout(q_mult, gl.SliceLayout(0, acc_l))
             last_visible = kv_len - q_len + n // H
@@ -564,17 +525,15 @@ def mla_decode_hopper_kernel(
             for t in range(t_begin, t_end):
                 # The value product of the previous tile still reads the value buffers.
                 acc = warpgroup_mma_wait(0, deps=acc)
-                row_off, sc_off, ok = _tile_rows(FORMAT, PAGED, first_row, kv_len, t + 1, t + 1 < t_end, page,
-                                                 num_pages, page_shift, kv_stride, sc_stride)
-                _prefetch_tile(FORMAT, PAGED, kv_ptr, first_row, kv_len, t + 2, t + 2 < t_end, page2, num_pages,
-                               page_shift, kv_stride)
+                row_off, sc_off, ok = _tile_rows(PAGED, first_row, kv_len, t + 1, t + 1 < t_end, page, num_pages,
+                                                 page_shift, kv_stride, sc_stride)
                 page = page2
-                page2 = _tile_pages(FORMAT, PAGED, pages_ptr, first_row, kv_len, t + 3, t + 3 < t_end, page_shift)
+                page2 = _tile_pages(PAGED, pages_ptr, first_row, kv_len, t + 3, t + 3 < t_end, page_shift)
                 nxt = ()
                 for c in gl.static_range(NUM_CHUNKS):
-                    keys = to_key_operand(_decode_chunk(FORMAT, raw[c], tables), ROWS)
-                    if FORMAT == FMT_MXFP4:
-                        nxt = nxt + (_load_chunk(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok, c), )
+                    keys = to_key_operand(mxfp4.decode_chunk(raw[c][0], raw[c][1], tables), ROWS)
+                    # The next tile's chunk c, loaded as this one is decoded.
+                    nxt = nxt + (mxfp4.load_chunk(kv_ptr, row_off, sc_ptr, sc_off, ok, c), )
                     if c < VALUE_CHUNKS:
                         v_bufs[c].index(0).store(keys)
                     q_c = q_smem.index(c + _opaque_zero(t))
@@ -582,18 +541,12 @@ def mla_decode_hopper_kernel(
                                        use_acc=c > 0, is_async=True)
                     if c > 0:
                         st = warpgroup_mma_wait(1, deps=(st, ))
-                if FORMAT == FMT_MXFP4:
-                    raw = nxt
+                raw = nxt
                 st = warpgroup_mma_wait(0, deps=(st, ))
                 pos = t * TILE + r_s
                 visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
                 s = gl.where(visible, st * qk[None, :], float("-inf"))
                 m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))
-                if FORMAT == FMT_FP8:
-                    # After the maximum's exchange through shared memory: loads issued before it
-                    # (ptxas bunches them at the chunks' end) hold up the shared-memory accesses
-                    # behind them in the load/store pipeline until they are accepted.
-                    raw = _load_tile(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok)
                 m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
                 p = gl.exp2(s - m_safe[None, :])
                 alpha = gl.exp2(m_i - m_safe)

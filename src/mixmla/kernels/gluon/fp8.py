@@ -1,14 +1,14 @@
-"""fp8 (e4m3fn) chunks for the Hopper kernel: load a chunk's words, convert to f16.
+"""fp8 (e4m3fn) chunks for the Hopper kernel (``decode_tma``): convert a chunk's staged words to f16.
 
-A chunk is 64 consecutive key columns (64 bytes) of 64 tokens; thread q of a row loads words
-``4q .. 4q+3`` (one 16-byte load, ``chunk_word_layout(4)``). The conversion is exact (every
-e4m3fn value is an f16), so the tensor scale is applied once, in the softmax scale and the output.
+A chunk is 64 consecutive key columns (64 bytes) of 64 tokens; thread q of a row holds words
+``4q .. 4q+3`` (``chunk_word_layout(4)``). The conversion is exact (every e4m3fn value is an
+f16), so the tensor scale is applied once, in the softmax scale and the output.
 """
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from .layouts import TILE, chunk_word_layout
+from .layouts import TILE
 
 from ..ptx import HOPPER_FP8_ROW_PAIRS_TO_F16X2, HOPPER_FP8_TO_F16X2
 
@@ -26,18 +26,8 @@ JOIN_ORDER = gl.constexpr((0, 1, 4, 3, 2))
 
 
 @gluon.jit
-def load_chunk(kv_ptr, row_off, tok_ok, C: gl.constexpr):
-    """Words (TILE, 16) int32 of chunk ``C`` (0..8); kv_ptr an int32 view of the cache, row_off
-    (TILE,) int64 word offsets in ``SliceLayout(1, chunk_word_layout(4))``, tok_ok (TILE,) rows to
-    load (others read as 0)."""
-    word_l: gl.constexpr = chunk_word_layout(4)
-    cols = gl.arange(0, 16, layout=gl.SliceLayout(0, word_l))
-    return gl.load(kv_ptr + row_off[:, None] + (16 * C + cols)[None, :], mask=tok_ok[:, None], other=0)
-
-
-@gluon.jit
 def decode_chunk(words):
-    """f16 values (TILE, 64), stored column order, of ``load_chunk``'s words."""
+    """f16 values (TILE, 64), stored column order, of a chunk's words (TILE, 16) int32."""
     x0, x1, x2, x3 = gl.inline_asm_elementwise(DECODE_ASM, "=r,=r,=r,=r,r,r", [words], dtype=(gl.float16, ) * 4,
                                                is_pure=True, pack=2)
     # x_k at word 2u + m holds byte 2k + m of bytes 8u .. 8u+7. A join adds a minor axis, so

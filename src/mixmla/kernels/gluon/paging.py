@@ -1,9 +1,8 @@
 """Where a request's cached tokens are, for the Hopper kernel: contiguous rows or rows of pages.
 
 The same rules as the Triton path's ``kernels/triton/paging.py`` (docs/SPEC.md §4), with the page
-table read two tiles earlier than the rows it points at, so that the two dependent loads never
-meet in one tile's critical path and a tile's rows can be prefetched into L2 a tile before they
-are loaded (``prefetch_rows``). ``PAGED`` (constexpr): 0 contiguous (``kv_indptr`` (batch+1,)
+table read ahead of the rows it points at, so that the two dependent loads never meet in one
+tile's critical path. ``PAGED`` (constexpr): 0 contiguous (``kv_indptr`` (batch+1,)
 prefix sums of cache rows); 1 a block table (``kv_indptr`` holds the cached-token counts (batch,),
 ``pages`` (batch, max_pages) int32 with row stride ``page_stride``); 2 CSR (counts as for 1,
 ``pages`` the page indices, ``page_indptr`` (batch+1,) prefix sums over them). Pages hold
@@ -100,31 +99,6 @@ def row_offsets(rows, stride, PAGED: gl.constexpr):
         return rows * stride
     else:
         return rows.to(gl.int64) * stride
-
-
-@gluon.jit
-def prefetch_rows(FORMAT_WORDS: gl.constexpr, ptr, kv_len, t, row_off, ok, row_stride, page_shift,
-                  PAGED: gl.constexpr):
-    """Prefetches tile ``t``'s cache rows into L2 with one bulk prefetch (``cp.async.bulk.prefetch``,
-    no registers, no wait) when they are consecutive: contiguous rows, or pages of at least a tile.
-    Smaller pages are not prefetched (a prefetch per row measured no faster). ``row_off``, ``ok``:
-    the tile's word offsets (``row_offsets``) and rows that exist; ``row_stride`` in 32-bit words.
-    The lane that holds the tile's first row issues it.
-
-    Why: the tile's register loads, issued a tile later, then hit L2, and the shared-memory traffic
-    behind them in the load/store pipeline waits for L2 instead of DRAM."""
-    row_l: gl.constexpr = gl.SliceLayout(1, chunk_word_layout(FORMAT_WORDS))
-    i = gl.arange(0, TILE, layout=row_l)
-    rows = gl.minimum(kv_len - t * TILE, TILE)
-    if PAGED == PAGED_NONE:
-        first = (i == 0) & ok
-    else:
-        first = (i == 0) & ok & (page_shift >= 6)  # TILE == 64 tokens
-    size = gl.where(first, rows * row_stride * 4, 0)
-    gl.inline_asm_elementwise(
-        "{ .reg .pred p; .reg .u32 ln; mov.u32 ln, %laneid; and.b32 ln, ln, 3; setp.eq.u32 p, ln, 0; "
-        "setp.ne.and.u32 p, $2, 0, p; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        "=r,l,r", [ptr + row_off, size], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
