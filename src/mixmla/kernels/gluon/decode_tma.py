@@ -18,7 +18,8 @@ the query:
 - MXFP4's scale rows have a stride the copy engine cannot take (18 or 24 bytes), so each thread
   loads a few of a tile's scale bytes into registers a tile before they are needed and stores
   them in a (block, token) buffer of the tile's slot at the start of the tile before.
-- The scores take the key tile from registers, decoded from the staged words as in ``decode``.
+- The scores take the key tile from registers, decoded from the staged words by the format's
+  ``decode_chunk`` (``fp8``, ``mxfp4``).
   The value product ``O^T = V^T P^T`` takes V^T from registers too: transposed 8x8 loads of the
   staged bytes (``ldmatrix.trans`` on 16-bit columns) give each thread two rows of 16 bits of
   columns: fp8 two columns, which one byte permute splits into the even and the odd columns
