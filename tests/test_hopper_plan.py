@@ -96,13 +96,15 @@ def test_plans_of_a_layout_share_kernels_not_workspace(hopper):
     wa, wb = a._plan.workspace, b._plan.workspace
     assert wa.part_o != wb.part_o and wa.counters != wb.counters
     programs = a._plan.decoders[0, False].programs
-    buffer, counters = wa.tensors
+    buffer, block = wa.tensors
     # The partial results in the plan's own buffer, after its outputs, 16-byte aligned.
     assert buffer.untyped_storage().data_ptr() == a.out.untyped_storage().data_ptr()
     assert a.lse.data_ptr() + a.lse.numel() * 4 <= wa.part_o and wa.part_o % 16 == 0 and wa.part_lse % 16 == 0
     assert wa.part_lse == wa.part_o + 2 * programs * 16 * 512 * 4
     assert wa.part_lse + 2 * programs * 16 * 4 <= buffer.data_ptr() + buffer.numel() * 4
-    assert torch.equal(counters, torch.zeros(2 * len(kv_lens), dtype=torch.int32))
+    at = (wa.counters - block.data_ptr()) // 4  # the counts: zeros in their block, at a 16-byte boundary
+    assert wa.counters % 16 == 0 and torch.equal(block[at:at + 2 * len(kv_lens)], torch.zeros(2 * len(kv_lens),
+                                                                                            dtype=torch.int32))
     template = api._LAYOUTS[next(iter(api._LAYOUTS))].template
     assert template.workspace is None  # the template never gets a workspace
     q, cache = _inputs("fp8", kv_lens)

@@ -104,9 +104,22 @@ class DecodePlan:
         lse_at = rows * VALUE_DIM // 2  # after the bf16 output, two values per float32 slot
         work_at = _aligned(lse_at + rows)
         buffer = torch.empty(work_at + work, dtype=torch.float32, device=device)
-        self.out = buffer.view(torch.bfloat16).as_strided((total_q, heads, VALUE_DIM), (heads * VALUE_DIM, VALUE_DIM, 1))
-        self.lse = buffer.as_strided((total_q, heads), (heads, 1), lse_at)
+        self._buffer, self._lse_at = buffer, lse_at
         self._plan.use_workspace(buffer if work else None, work_at)
+
+    # The two views are made when first asked for: a plan whose runs are all given ``out`` (and
+    # no lse) never pays for them, and each costs a few us of host time per plan.
+    @functools.cached_property
+    def out(self) -> torch.Tensor:
+        """(total_q, H, 512) bf16: what ``run`` writes when given no ``out`` (part of the plan's buffer)."""
+        heads = self.num_heads
+        return self._buffer.view(torch.bfloat16).as_strided((self.total_q, heads, VALUE_DIM),
+                                                            (heads * VALUE_DIM, VALUE_DIM, 1))
+
+    @functools.cached_property
+    def lse(self) -> torch.Tensor:
+        """(total_q, H) float32: where ``run`` writes the lse when given none (part of the plan's buffer)."""
+        return self._buffer.as_strided((self.total_q, self.num_heads), (self.num_heads, 1), self._lse_at)
 
     @property
     def config(self):

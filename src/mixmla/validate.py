@@ -221,17 +221,17 @@ def _staged_values(flat: list) -> list:
     slots = s.views.get(shapes) if s.views is not None else None
     if slots is None:
         s, slots = _staging_slots(shapes)
-    # Asynchronous copies are ordered on the stream of their source's device; with tensors of
-    # several devices every copy waits.
-    device = flat[0].device
-    non_blocking = all([t.device == device for t in flat])
     last = len(flat) - 1
-    out = []
-    for i, (t, (dst, raw)) in enumerate(zip(flat, slots)):
-        dst.copy_(t, non_blocking=non_blocking and i < last)
-    for t, (dst, raw) in zip(flat, slots):
-        out.append(raw.copy() if t.dtype.is_floating_point else raw.astype(np.int64))  # copies: the buffer is reused
-    return out
+    if last:
+        # Asynchronous copies are ordered on the stream of their source's device; with tensors of
+        # several devices every copy waits.
+        device = flat[0].device
+        non_blocking = all([t.device == device for t in flat])
+        for i in range(last):
+            slots[i][0].copy_(flat[i], non_blocking=non_blocking)
+    slots[last][0].copy_(flat[last])  # the one that waits, for every copy before it too
+    # Copies: the buffer is reused.
+    return [raw.copy() if raw.dtype == np.float32 else raw.astype(np.int64) for _, raw in slots]
 
 
 def _staging_slots(shapes: tuple) -> tuple:

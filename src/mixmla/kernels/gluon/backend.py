@@ -87,8 +87,8 @@ class HopperPlan(BackendPlan):
     def use_workspace(self, buffer: torch.Tensor | None, offset: int = 0) -> None:
         # The counts are the plan's own: a workspace may be shared with plans that leave anything
         # in it, and the counts must start at zero.
-        self.workspace = launch.Workspace.of(buffer, launch.new_counters(self._batch, self._device), self._programs,
-                                             offset, self._scratch)
+        block, at = launch.counter_part(self._batch, self._device)
+        self.workspace = launch.Workspace.of(buffer, block, self._programs, offset, self._scratch, at)
 
     def _check_call(self, cache, q, out) -> None:
         reason = launch.cache_unsupported(cache)

@@ -151,13 +151,13 @@ class Workspace(NamedTuple):
 
     @classmethod
     def of(cls, buffer: torch.Tensor, counters: torch.Tensor, programs: int, offset: int = 0,
-           scratch_per_program: int = 0) -> "Workspace":
+           scratch_per_program: int = 0, counters_at: int = 0) -> "Workspace":
         """The workspace in ``buffer[offset:offset + workspace_floats(programs, scratch_per_program)]``
-        (float32, 256-byte aligned there: the scratch first) and the counts in ``counters``
-        (``new_counters``)."""
+        (float32, 256-byte aligned there: the scratch first) and the counts at int32 element
+        ``counters_at`` of ``counters`` (``counter_part``, or a tensor of ``new_counters``)."""
         base = buffer.data_ptr() + 4 * offset
         part_o = base + 4 * _scratch_floats(programs, scratch_per_program)
-        return cls(part_o, part_o + 4 * 2 * programs * ROWS * VALUE_DIM, counters.data_ptr(),
+        return cls(part_o, part_o + 4 * 2 * programs * ROWS * VALUE_DIM, counters.data_ptr() + 4 * counters_at,
                    base if scratch_per_program else None, (buffer, counters))
 
 
@@ -193,10 +193,13 @@ class HopperDecoder:
         #: Bytes of global scratch per program the kernel takes from the workspace.
         self.scratch_per_program = _scratch_of(self.kernel)
         self._dummy_scale = _unit_scale(self.device)
-        self.workspace = Workspace.of(
-            torch.empty(workspace_floats(self.programs, self.scratch_per_program), dtype=torch.float32,
-                        device=self.device),
-            new_counters(self.batch, self.device), self.programs, 0, self.scratch_per_program) if allocate else None
+        if allocate:
+            block, at = counter_part(self.batch, self.device)
+            buffer = torch.empty(workspace_floats(self.programs, self.scratch_per_program), dtype=torch.float32,
+                                 device=self.device)
+            self.workspace = Workspace.of(buffer, block, self.programs, 0, self.scratch_per_program, at)
+        else:
+            self.workspace = None
 
     @staticmethod
     def spec_of(batch: int, fmt: str, paged: int = 0, num_heads: int = 16, write_lse: bool = True,
@@ -274,19 +277,20 @@ class HopperDecoder:
                    page_size)(current_stream(self.device))
 
 
-def new_counters(batch: int, device: torch.device) -> torch.Tensor:
-    """The piece counts of a workspace: (2 * batch,) int32 zeros no other workspace uses; every
-    launch leaves them zero (a request's last merger resets its two counts: the pieces arrived, the
-    mergers done).
+def counter_part(batch: int, device: torch.device) -> tuple[torch.Tensor, int]:
+    """The piece counts of a workspace, ``(block, at)``: the (2 * batch,) int32 zeros at element
+    ``at`` of the int32 tensor ``block``, which no other workspace uses; every launch leaves them
+    zero (a request's last merger resets its two counts: the pieces arrived, the mergers done).
 
     They are cut from a zeroed block of the current stream (``_COUNTER_BLOCKS``), each part handed
     out once, so that a plan does not pay the host cost of a fill kernel's launch of its own (a
-    ``torch.zeros`` costs an allocation and a launch); a new block is zeroed when one runs out.
-    The block's fill is queued on the stream the counts are taken on, before any launch there that
-    reads them, as a ``torch.zeros`` of their own would be."""
+    ``torch.zeros`` costs an allocation and a launch), nor of a tensor view (the kernel takes an
+    address); a new block is zeroed when one runs out. The block's fill is queued on the stream
+    the counts are taken on, before any launch there that reads them, as a ``torch.zeros`` of
+    their own would be. A workspace keeps its block alive."""
     n = 2 * max(1, batch)
     if n > COUNTER_BLOCK // 4:
-        return torch.zeros(n, dtype=torch.int32, device=device)
+        return torch.zeros(n, dtype=torch.int32, device=device), 0
     key = (device, current_stream(device))
     with _COUNTER_LOCK:
         block = _COUNTER_BLOCKS.get(key)
@@ -297,10 +301,16 @@ def new_counters(batch: int, device: torch.device) -> torch.Tensor:
             _COUNTER_BLOCKS[key] = block
         start = block[1]
         block[1] = start + -(-n // 4) * 4  # 16-byte aligned parts
-    return block[0][start:start + n]
+    return block[0], start
 
 
-#: int32 counts per zeroed block of ``new_counters`` (256 KB: the counts of 32 plans of the largest
+def new_counters(batch: int, device: torch.device) -> torch.Tensor:
+    """``counter_part``'s counts as a (2 * batch,) int32 tensor (a view of its block)."""
+    block, at = counter_part(batch, device)
+    return block[at:at + 2 * max(1, batch)]
+
+
+#: int32 counts per zeroed block of ``counter_part`` (256 KB: the counts of 32 plans of the largest
 #: batch, or 512 of 64 requests).
 COUNTER_BLOCK = 1 << 16
 #: Per (device, stream): ``[block, next free count]``. A block lives while a workspace holds one of
