@@ -300,10 +300,16 @@ def test_csr_indices_past_the_tokens_are_not_read(gather):
 
 @pytest.mark.parametrize("form", ["block", "csr"])
 @pytest.mark.parametrize("entry", [-1, "num_pages"])
-def test_bad_entry_of_a_later_request_is_named(form, entry):
-    """The check on the device covers every request's used entries, not just the first
-    request's: a bad entry in the last page request 2 reads is found and named exactly, and the
-    last page of the pool (num_pages - 1) is a good one."""
+@pytest.mark.parametrize("where", ["host", "device"])
+def test_bad_entry_of_a_later_request_is_named(form, entry, where, monkeypatch):
+    """The check covers every request's used entries, not just the first request's, whether the
+    small table is compared on the host or reduced on the device first (``HOST_TABLE_BYTES`` 0): a
+    bad entry in the last page request 2 reads is found and named exactly, and the last page of
+    the pool (num_pages - 1) is a good one."""
+    from mixmla.paged import validate as pvalidate
+
+    if where == "device":
+        monkeypatch.setattr(pvalidate, "HOST_TABLE_BYTES", 0)
     q, paged, _ = batch("bf16", [20, 0, 40], [1, 1, 1], 16, seed=8)
     bad = -1 if entry == -1 else paged.cache.num_pages
     table, idx = paged.block_table.clone(), paged.kv_indices.clone()
@@ -322,10 +328,12 @@ def test_bad_entry_of_a_later_request_is_named(form, entry):
 
 def test_plans_and_runs_read_no_page_table(monkeypatch):
     """plan_paged reads the lengths (and qo_indptr) on the host, not the table; run reads
-    nothing; a checked one-call decode reads O(batch) values (the table reduced on the device to
-    its used range), and the table itself only to name a bad entry."""
+    nothing; a checked one-call decode reads O(batch) values (a table larger than
+    ``HOST_TABLE_BYTES`` reduced on the device to its used range), and such a table itself only to
+    name a bad entry; a small table is read whole in the same one transfer."""
     from mixmla import validate
     from mixmla.kernels.triton.backend import TritonPlan
+    from mixmla.paged import validate as pvalidate
 
     q, paged, _ = batch("bf16", [20, 0, 40], [1, 1, 1], 16, seed=9)
     wide = torch.full((3, 50), -1, dtype=torch.int32, device=DEVICE)
@@ -347,7 +355,11 @@ def test_plans_and_runs_read_no_page_table(monkeypatch):
     assert reads == []
     mixmla.mla_decode_paged(q, paged.cache, wide, paged.seq_lens)
     mixmla.mla_decode_paged_csr(q, paged.cache, paged.kv_indptr, paged.kv_indices, paged.seq_lens)
-    assert reads == [3 + 2, 3 + 4 + 2]
+    assert reads == [3 + wide.numel(), 3 + 4 + paged.kv_indices.numel()]  # small tables: read along, once
+    monkeypatch.setattr(pvalidate, "HOST_TABLE_BYTES", wide.numel() * 4 - 1)  # the block table is now large
+    reads.clear()
+    mixmla.mla_decode_paged(q, paged.cache, wide, paged.seq_lens)
+    assert reads == [3 + 2]
     wide[1, 0] = -1  # request 1 has no tokens: its entries are not read
     wide[2, 1] = -1
     reads.clear()

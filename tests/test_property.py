@@ -5,14 +5,17 @@ and 0..40 cached tokens each, a seed, the indptr dtype and how q's rows are laid
 ``mixmla.api.mla_decode`` (the Triton interpreter on CPU, the kernels on a GPU) into a
 NaN-poisoned buffer and applies the strict check (relative L2 <= 1e-2, no NaN) to the output, and
 checks the log-sum-exp. A second property runs the same problem through ``plan``/``run`` and
-requires the bits to match ``mla_decode``'s. ``max_examples`` is small so CI stays fast;
-``MIXMLA_HYPOTHESIS_EXAMPLES`` raises it for a longer soak.
+requires the bits to match ``mla_decode``'s. A third checks the paged entry check
+(``paged.validate._check_entries``) against a loop over the requests. ``max_examples`` is small
+so CI stays fast; ``MIXMLA_HYPOTHESIS_EXAMPLES`` raises it for a longer soak.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -87,3 +90,38 @@ def test_plan_run_equals_mla_decode_bitwise(prob):
     p = api.plan(kv_indptr, qo_indptr, num_heads=prob["num_heads"], fmt=prob["fmt"], device=DEVICE)
     b = p.run(q, cache, out=torch.full_like(a, float("nan")))
     assert torch.equal(a.view(torch.int16), b.view(torch.int16)), f"{prob}: plan.run differs from mla_decode"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_entry_check_names_the_first_bad_used_entry(data):
+    """``_check_entries`` (vectorized, run on every one-call decode of a small table) against a loop
+    over the requests: in both table forms it raises exactly when an entry some request reads lies
+    outside the pool, and names the first such entry (row-major for a block table, by position
+    for CSR); entries no request reads may hold anything."""
+    from mixmla.paged.validate import _check_entries
+
+    batch_size = data.draw(st.integers(1, 6))
+    num_pages = data.draw(st.integers(1, 9))
+    used = np.array(data.draw(st.lists(st.integers(0, 4), min_size=batch_size, max_size=batch_size)), np.int64)
+    entries = st.integers(-2, num_pages + 1)
+    block = data.draw(st.booleans())
+    if block:
+        width = int(used.max()) + data.draw(st.integers(0, 2))
+        table = np.array(data.draw(st.lists(entries, min_size=batch_size * width, max_size=batch_size * width)),
+                         np.int64).reshape(batch_size, width)
+        starts = np.zeros(batch_size, np.int64)
+        read = [(b, j) for b in range(batch_size) for j in range(used[b])]
+        first = next((f"[{b}, {j}] = {table[b, j]}" for b, j in read if not 0 <= table[b, j] < num_pages), None)
+    else:
+        spare = data.draw(st.lists(st.integers(0, 2), min_size=batch_size, max_size=batch_size))
+        starts = np.concatenate([[0], np.cumsum(used + spare)])[:-1].astype(np.int64)
+        length = int((used + spare).sum()) + data.draw(st.integers(0, 2))
+        table = np.array(data.draw(st.lists(entries, min_size=length, max_size=length)), np.int64)
+        read = sorted(int(starts[b]) + j for b in range(batch_size) for j in range(used[b]))
+        first = next((f"[{i}] = {table[i]}" for i in read if not 0 <= table[i] < num_pages), None)
+    if first is None:
+        _check_entries("t", table, starts, used, num_pages, block)
+    else:
+        with pytest.raises(ValueError, match=re.escape("t" + first + " is not a page of the cache")):
+            _check_entries("t", table, starts, used, num_pages, block)

@@ -3,8 +3,9 @@ extended to page tables).
 
 Structural checks read metadata only (no sync): the page table's kind, dtypes, ranks, strides,
 batch and device; the pool's shape and page size. Value checks read O(batch) values on the host
-in one transfer (a sync on a GPU), the page table itself being reduced on the device first (to the
-smallest and largest entry in use), so that their host cost does not grow with the table: every
+in one transfer (a sync on a GPU), the page table itself in the same transfer when it is small
+(``HOST_TABLE_BYTES``), else reduced on the device first (to the smallest and largest entry in use),
+so that their host cost does not grow with the table: every
 cached-token count is >= 0 and within its request's pages, every page entry a request uses lies
 in ``[0, num_pages)`` (entries past a request's tokens are not read and may hold anything, such as
 -1 padding), CSR page indptrs start at 0, do not decrease and end within the indices,
@@ -28,6 +29,11 @@ from ..formats.paged import PagedCache, as_paged_cache, check_page_size
 from ..kernels.backend import PageTable
 
 TABLE_DTYPES = validate.INDPTR_DTYPES
+#: Page tables of at most this many bytes are read whole with the other values and checked on the
+#: host; larger ones are reduced on the device first (``_used_entry_range``). On a GPU's host each
+#: torch operation of that reduction costs several us, more than reading a small table along and
+#: comparing it with numpy, which grows with the table.
+HOST_TABLE_BYTES = 32 * 1024
 
 
 @dataclass(frozen=True)
@@ -107,8 +113,9 @@ def check_values(pages: PageTable, num_pages: Optional[int], qo_indptr, total_q:
                  max_q_len: Optional[int], cache=None) -> tuple[np.ndarray, np.ndarray]:
     """The value rules (module doc), from one host read of the cached-token counts, the CSR page
     indptr, ``qo_indptr``, the fp8 scale of ``cache`` (a container or ``PagedCache``, or None) and
-    the smallest and largest page entry the requests use (two values reduced on the device, so
-    the read does not grow with the table). num_pages: the pool's pages (None: page entries are
+    the page entries the requests use: a table of at most ``HOST_TABLE_BYTES`` itself, a larger one
+    as its smallest and largest used entry (two values reduced on the device, so the read does not
+    grow with the table). num_pages: the pool's pages (None: page entries are
     not checked, the pool being unknown yet). Returns ``(kv_lens (batch,), qo_ptr (batch+1,))``
     int64 host arrays."""
     lens_name, table_name = _table_names(pages)
@@ -120,8 +127,9 @@ def check_values(pages: PageTable, num_pages: Optional[int], qo_indptr, total_q:
     fp8 = isinstance(rows, Fp8Cache)
     if fp8:
         tensors.append(rows.scale)
+    whole = num_pages is not None and pages.table.numel() * pages.table.element_size() <= HOST_TABLE_BYTES
     if num_pages is not None:
-        tensors.append(_used_entry_range(pages))
+        tensors.append(pages.table if whole else _used_entry_range(pages))
     host = validate._host_values(tensors)
     kv_lens, P = host[0], pages.page_size
     batch = kv_lens.shape[0]
@@ -143,11 +151,16 @@ def check_values(pages: PageTable, num_pages: Optional[int], qo_indptr, total_q:
         raise ValueError(f"{lens_name}[{b}] = {kv_lens[b]} is beyond the table's capacity: {where} holds "
                          f"{capacity[b]} pages of {P} tokens ({capacity[b] * P} tokens)")
     if num_pages is not None:
-        lowest, highest = host[-1]
-        if lowest < 0 or highest >= num_pages:
-            # The error path alone reads the table, to name the first bad entry.
-            table = validate._host_values([pages.table])[0]
-            _check_entries(table_name, table.reshape(pages.table.shape), starts, -(-kv_lens // P), num_pages, block)
+        if whole:
+            _check_entries(table_name, host[-1].reshape(pages.table.shape), starts, -(-kv_lens // P), num_pages,
+                           block)
+        else:
+            lowest, highest = host[-1]
+            if lowest < 0 or highest >= num_pages:
+                # The error path alone reads the table, to name the first bad entry.
+                table = validate._host_values([pages.table])[0]
+                _check_entries(table_name, table.reshape(pages.table.shape), starts, -(-kv_lens // P), num_pages,
+                               block)
     if qo_indptr is not None:
         qo_ptr = validate._check_indptr_values("qo_indptr", host[next_host], last=total_q, max_len=max_q_len)
     else:
@@ -229,8 +242,9 @@ _EXTREMES = _Extremes()
 
 def _check_entries(name: str, table: np.ndarray, starts: np.ndarray, used: np.ndarray, num_pages: int,
                    block: bool) -> None:
-    """Every page entry a request reads (its first ``used[b]``) lies in ``[0, num_pages)``: the
-    first one that does not is a ValueError."""
+    """Every page entry a request reads (its first ``used[b]``, from ``starts[b]`` for CSR) lies in
+    ``[0, num_pages)``: the first one that does not is a ValueError. Vectorized: it runs on every
+    one-call decode of a small table."""
     if block:
         cols = np.arange(table.shape[1])[None, :]
         bad = (cols < used[:, None]) & ((table < 0) | (table >= num_pages))
@@ -239,10 +253,18 @@ def _check_entries(name: str, table: np.ndarray, starts: np.ndarray, used: np.nd
             raise ValueError(f"{name}[{b}, {j}] = {table[b, j]} is not a page of the cache: expected 0 <= entry < "
                              f"num_pages = {num_pages} (request {b} reads its first {used[b]} entries)")
         return
-    flat = np.concatenate([np.arange(s, s + u) for s, u in zip(starts, used)]) if used.sum() else np.zeros(0, int)
-    bad = (table[flat] < 0) | (table[flat] >= num_pages)
+    if not used.shape[0]:
+        return
+    # Position i of the indices is read by request req[i] (the last whose pages start at or before
+    # it) when it is among that request's first used[req] entries.
+    pos = np.arange(table.shape[0])
+    req = np.searchsorted(starts, pos, side="right") - 1
+    mine = req >= 0
+    req = np.maximum(req, 0)
+    read = mine & (pos - starts[req] < used[req])
+    bad = read & ((table < 0) | (table >= num_pages))
     if bad.any():
-        i = int(flat[np.argmax(bad)])
+        i = int(np.argmax(bad))
         raise ValueError(f"{name}[{i}] = {table[i]} is not a page of the cache: expected 0 <= entry < "
                          f"num_pages = {num_pages}")
 
