@@ -16,7 +16,7 @@ mode in one device call.
   and so compile to a loop over the issuing lanes.
 - ``qfirst``: a piece's first tile's page entries read before its query, and that tile's copies
   issued after the query's loads, so that the two waits of a piece's start overlap: the small
-  shapes, whose pieces are a few tiles (x1.11-1.19 at page 1).
+  shapes, whose pieces are a few tiles (x1.11-1.19 at page 1). Timed: no change (PERF step 96).
 
 On a GPU, for the trees ``shipped``, the variants, ``shipped`` again: ``python -m mixmla bench
 --paged --quick --paths fp8 --peers none --shape ...`` with the tree's ``src`` first on
