@@ -46,7 +46,7 @@ def stages(kv, fmt: str, calls: int) -> dict:
     planned = api._planned(dev, 16, fmt, p.sm_scale, kv_ptr, qo_ptr, 0, None, "auto")
     rows, heads = p.total_q, p.num_heads
     work = p._plan.workspace_floats
-    floats = api._aligned(rows * heads * 512 // 2 + rows * heads) + work
+    floats = p.out.untyped_storage().nbytes() // 4  # the plan's one buffer: outputs, lse, workspace
     buffer = torch.empty(floats, dtype=torch.float32, device=dev)
     fresh = planned.take()
     out = {"backend": p.backend, "workspace MB": round(4 * floats / 2 ** 20, 1)}

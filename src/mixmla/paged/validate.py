@@ -151,16 +151,14 @@ def check_values(pages: PageTable, num_pages: Optional[int], qo_indptr, total_q:
         raise ValueError(f"{lens_name}[{b}] = {kv_lens[b]} is beyond the table's capacity: {where} holds "
                          f"{capacity[b]} pages of {P} tokens ({capacity[b] * P} tokens)")
     if num_pages is not None:
-        if whole:
-            _check_entries(table_name, host[-1].reshape(pages.table.shape), starts, -(-kv_lens // P), num_pages,
-                           block)
-        else:
+        table = host[-1] if whole else None
+        if not whole:
             lowest, highest = host[-1]
             if lowest < 0 or highest >= num_pages:
-                # The error path alone reads the table, to name the first bad entry.
+                # The error path alone reads a large table, to name the first bad entry.
                 table = validate._host_values([pages.table])[0]
-                _check_entries(table_name, table.reshape(pages.table.shape), starts, -(-kv_lens // P), num_pages,
-                               block)
+        if table is not None:
+            _check_entries(table_name, table.reshape(pages.table.shape), starts, -(-kv_lens // P), num_pages, block)
     if qo_indptr is not None:
         qo_ptr = validate._check_indptr_values("qo_indptr", host[next_host], last=total_q, max_len=max_q_len)
     else:
@@ -256,12 +254,11 @@ def _check_entries(name: str, table: np.ndarray, starts: np.ndarray, used: np.nd
     if not used.shape[0]:
         return
     # Position i of the indices is read by request req[i] (the last whose pages start at or before
-    # it) when it is among that request's first used[req] entries.
+    # it; starts[0] is 0, so every position has one) when it is among that request's first
+    # used[req] entries.
     pos = np.arange(table.shape[0])
     req = np.searchsorted(starts, pos, side="right") - 1
-    mine = req >= 0
-    req = np.maximum(req, 0)
-    read = mine & (pos - starts[req] < used[req])
+    read = pos - starts[req] < used[req]
     bad = read & ((table < 0) | (table >= num_pages))
     if bad.any():
         i = int(np.argmax(bad))
