@@ -178,11 +178,15 @@ def test_compiled_launches_dispatch_once_per_key_and_device():
     launches = [launch.Launch(k, (3, 2), ("a", 1), {"num_warps": 4}) for k in kernels]
     device = [0]
     compiled = launch.CompiledLaunches(current_device=lambda: device[0], current_stream=lambda d: 100 + d)
-    compiled.launch(launches, "key")
+    first = compiled.launch(launches, "key")
+    assert [len(k.dispatched) for k in kernels] == [1, 1] and [len(k.launched) for k in kernels] == [0, 0]
+    # The first call's repeat already goes through the compiled launchers.
+    assert first() is True
+    assert [len(k.dispatched) for k in kernels] == [1, 1] and [len(k.launched) for k in kernels] == [1, 1]
     compiled.launch(launches, "key")
     compiled.launch(launches, "key")
     assert [len(k.dispatched) for k in kernels] == [1, 1]
-    assert [len(k.launched) for k in kernels] == [2, 2]
+    assert [len(k.launched) for k in kernels] == [3, 3]
     grid_x, grid_y, grid_z, stream, function, metadata, _, enter, leave, *args = kernels[0].launched[0]
     assert (grid_x, grid_y, grid_z, stream, function, metadata, enter, leave, args) == \
         (3, 2, 1, 100, "function", "metadata", None, None, ["a", 1])

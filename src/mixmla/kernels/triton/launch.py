@@ -351,19 +351,23 @@ class CompiledLaunches:
         """Launch ``launches`` (their call key ``key``). Returns a function of no arguments that
         launches the same kernels with the same arguments again, through ``bound_launch``'s ``bind``, and
         returns True, or False without launching when a launch hook is set or the current device
-        changed (then call ``launch`` again); None when these launches were not compiled yet."""
+        changed (then call ``launch`` again); None when the dispatcher ran them and handed back no
+        compiled kernel (a launch hook is set, or compilation is asynchronous)."""
         if self._current_device is None:
             driver = triton.runtime.driver.active
             self._current_device, self._current_stream = driver.get_current_device, driver.get_current_stream
         device = self._current_device()
         bindings = None if _hooked() else self._kernels.get((device, key))
-        if bindings is None:
+        launched = bindings is None
+        if launched:
             compiled = [run(one) for one in launches]
-            if not _hooked() and all(isinstance(k, CompiledKernel) for k in compiled):
-                self._kernels[(device, key)] = [launcher_binding(k) for k in compiled]
-                if len(self._kernels) > self._capacity:  # dicts keep insertion order: drop the oldest
-                    del self._kernels[next(iter(self._kernels))]
-            return None
+            if _hooked() or not all(isinstance(k, CompiledKernel) for k in compiled):
+                return None
+            # Compiled now: the repeat is built from the new bindings, so the next identical call
+            # repeats this one instead of going through every check again.
+            bindings = self._kernels[(device, key)] = [launcher_binding(k) for k in compiled]
+            if len(self._kernels) > self._capacity:  # dicts keep insertion order: drop the oldest
+                del self._kernels[next(iter(self._kernels))]
         bound = [bind(binding, one.grid, one.args) for binding, one in zip(bindings, launches)]
         current_device, current_stream = self._current_device, self._current_stream
 
@@ -375,9 +379,10 @@ class CompiledLaunches:
                 fn(gx, gy, gz, stream, *rest)
             return True
 
-        stream = current_stream(device)
-        for fn, gx, gy, gz, rest in bound:
-            fn(gx, gy, gz, stream, *rest)
+        if not launched:
+            stream = current_stream(device)
+            for fn, gx, gy, gz, rest in bound:
+                fn(gx, gy, gz, stream, *rest)
         return again
 
 
