@@ -284,6 +284,76 @@ def test_repeated_one_call_decodes_read_the_values_and_skip_the_other_checks(mon
     _assert_decodes(first, q, cache, kv)
 
 
+
+class _Repeat:
+    """A backend's repeat that records ``with_outputs`` calls and launches nothing."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self):
+        return True
+
+    def with_outputs(self, out, lse):
+        self.calls.append((out, lse))
+        return True
+
+
+class _Ready:
+    """A one-call backend plan that records its runs and returns a fresh ``_Repeat`` each time."""
+
+    indptr_dtypes = (torch.int32, )
+
+    def __init__(self):
+        self.runs = []
+
+    def run(self, *args):
+        self.runs.append(args)
+        return _Repeat()
+
+
+def test_a_repeated_one_call_decode_launches_again_with_its_own_outputs():
+    """``_one_call`` given the last call's repeat: where every address the launches read besides
+    the caller's tensors is the same (the container's views, the device indptrs) and the plan is
+    the same, the repeat runs with this call's new outputs instead of a new launch; another
+    cache address, indptr or plan launches anew."""
+    q, cache = _batch(seed=13)
+    kv = indptr(KV_LENS)
+    host = kv.cpu().numpy().astype(np.int64)
+    ready = _Ready()
+    call = (q.device, q, cache, kv, None, host, None, None)
+    out, first = api._one_call(ready, *call, True)
+    assert len(ready.runs) == 1 and first is not None and first.ready is ready
+    (o, lse), again = api._one_call(ready, *call, True, first)
+    assert again is first and len(ready.runs) == 1
+    assert first.launches.calls == [(o.data_ptr(), lse.data_ptr())] and o.data_ptr() != out[0].data_ptr()
+    _, third = api._one_call(ready, *call[:-1], o, False, first)  # the caller's out, no lse
+    assert first.launches.calls[-1] == (o.data_ptr(), None) and third is first
+    moved = type(cache)(cache.data.clone())
+    _, fourth = api._one_call(ready, q.device, q, moved, kv, None, host, None, None, True, first)
+    assert len(ready.runs) == 2 and fourth is not first
+    api._one_call(ready, q.device, q, cache, kv.clone(), None, host, None, None, True, first)
+    other = _Ready()
+    api._one_call(other, *call, True, first)
+    assert len(ready.runs) == 3 and len(other.runs) == 1 and len(first.launches.calls) == 2
+
+
+def test_repeated_one_call_decodes_see_new_values_at_the_same_addresses():
+    """A repeated one-call decode (same tensors, same indptr values) reads what the tensors hold
+    now: q and the cache rewritten in place between calls give each call's own result."""
+    q, cache = _batch(seed=14)
+    kv = indptr(KV_LENS)
+    results = []
+    for step in range(3):
+        if step:
+            q.copy_(torch.randn(q.shape, device=DEVICE).to(torch.bfloat16))
+            cache.data.copy_(torch.randn(cache.data.shape, device=DEVICE).to(torch.bfloat16))
+        out = mixmla.mla_decode(q, cache, kv)
+        _assert_decodes(out, q, cache, kv)
+        results.append(out)
+    assert not torch.equal(results[0], results[1]) and not torch.equal(results[1], results[2])
+
+
 @pytest.mark.parametrize("with_qo", [False, True])
 def test_indptr_values_changed_in_place_are_checked_and_decoded(with_qo, monkeypatch):
     q, cache = _batch(seed=9)

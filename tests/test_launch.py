@@ -196,6 +196,38 @@ def test_compiled_launches_dispatch_once_per_key_and_device():
     assert [len(k.dispatched) for k in kernels] == [3, 3]
 
 
+
+def test_a_repeat_launches_again_with_the_same_or_other_outputs():
+    """``CompiledLaunches.launch``'s ``Repeat``: ``repeat()`` launches the kernels with the same
+    arguments on the current stream; ``with_outputs(out, lse)`` with the arguments at each launch's
+    ``outputs`` positions replaced (the lse position by the output when lse is None), the rest as
+    bound; neither runs when the current device is another."""
+    kernels = [_FakeDispatcher(), _FakeDispatcher()]
+    x = torch.empty(3)
+    launches = [launch.Launch(kernels[0], (2,), (x, 10, 20, 7, 30), {}, (1, 4)),
+                launch.Launch(kernels[1], (1,), (40, 7, 50), {}, (0, 2))]
+    device, stream = [0], [5]
+    compiled = launch.CompiledLaunches(current_device=lambda: device[0], current_stream=lambda d: stream[0])
+    first = compiled.launch(launches, "key")  # compiled by the dispatcher, which launched them
+    assert [len(k.dispatched) for k in kernels] == [1, 1] and not any(k.launched for k in kernels)
+    assert first()
+    repeat = compiled.launch(launches, "key")
+    assert [len(k.dispatched) for k in kernels] == [1, 1] and [len(k.launched) for k in kernels] == [2, 2]
+    args = [list(k.launched[-1][9:]) for k in kernels]  # after grid, stream, function, metadata, placeholders
+    assert args == [[x.data_ptr(), 10, 20, 7, 30], [40, 7, 50]]
+    stream[0] = 6
+    assert repeat() and [k.launched[-1][3] for k in kernels] == [6, 6]
+    assert [list(k.launched[-1][9:]) for k in kernels] == args
+    assert repeat.with_outputs(111, 222)
+    assert [list(k.launched[-1][9:]) for k in kernels] == [[x.data_ptr(), 111, 20, 7, 222], [111, 7, 222]]
+    assert repeat.with_outputs(333, None)
+    assert [list(k.launched[-1][9:]) for k in kernels] == [[x.data_ptr(), 333, 20, 7, 333], [333, 7, 333]]
+    count = [len(k.launched) for k in kernels]
+    device[0] = 1
+    assert not repeat() and not repeat.with_outputs(1, 2)
+    assert [len(k.launched) for k in kernels] == count
+
+
 def test_a_bound_launch_holds_addresses_for_tensors_and_every_other_argument_as_given():
     """``bound_launch`` turns every tensor (a subclass too) into its address and passes the rest
     (plain scalars, and values of other types) as they are, after the launcher's own arguments."""

@@ -132,7 +132,9 @@ class BackendPlan(abc.ABC):
         captured in a CUDA graph. Returns None, or a function of no arguments that launches the
         same kernels on the same tensors again (the caller knows they are the same: equal
         pointers and layouts) and returns True, or False when it cannot (launch hooks set, another
-        current device): then the caller calls ``run``.
+        current device): then the caller calls ``run``. It may also have ``with_outputs(out, lse)``
+        (addresses; lse None as in this call), which does the same with the outputs elsewhere, for
+        a one-call decode whose every other argument is the same (``kernels.triton.launch.Repeat``).
 
         q (total_q, H, 576) bf16 (stride(-1) == 1); cache: the layout's format as a
         ``mixmla.formats`` container; kv_indptr, qo_indptr (batch+1,) of ``indptr_dtypes`` on the

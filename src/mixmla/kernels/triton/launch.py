@@ -39,12 +39,16 @@ COMBINE_MAX_BLOCK_S = 16  #: partials one combine load reads (registers: 16 x 16
 
 class Launch(NamedTuple):
     """One kernel launch: ``kernel[grid](*args, **options)``. args: every parameter of the kernel
-    in order, constexprs included; options: Triton launch options (num_warps, num_stages)."""
+    in order, constexprs included; options: Triton launch options (num_warps, num_stages);
+    outputs: the positions in ``args`` of the call's output and of its lse argument (the output
+    again when the call writes no lse), which ``Repeat.with_outputs`` may point elsewhere; empty
+    for a launch that has none."""
 
     kernel: object
     grid: tuple
     args: tuple
     options: dict
+    outputs: tuple = ()
 
 
 def with_arguments(one: Launch, kernel=None, **values) -> Launch:
@@ -131,26 +135,26 @@ def launches(plan: PlanConstants, q: torch.Tensor, cache: KVCache, kv_indptr: to
     write_lse = lse is not None
     lse_arg = lse if write_lse else out
     lse_stride = lse.stride(0) if write_lse else 0
-    decode = Launch(mla_decode_kernel, (work_req.shape[0], s.row_blocks), (
-        q, q_stride[0], q_stride[1],
-        kv, kv_stride, scales, scale_stride,
-        kv_indptr, qo_indptr,
-        table, page_stride, page_indptr, max_pages, num_pages, table_len,
-        work_req, work_split, work_nsplit,
+    inputs = (q, q_stride[0], q_stride[1],
+              kv, kv_stride, scales, scale_stride,
+              kv_indptr, qo_indptr,
+              table, page_stride, page_indptr, max_pages, num_pages, table_len,
+              work_req, work_split, work_nsplit)
+    decode = Launch(mla_decode_kernel, (work_req.shape[0], s.row_blocks), inputs + (
         out, out_stride[0], out_stride[1], lse_arg, lse_stride,
         part_o, part_lse, s.rows_max,
         plan.sm_scale,
         plan.num_heads, s.block_r, config.block_t, fmt, s.direct, write_lse, plan.interpreted,
         page_size, csr, *_gather_constexprs(plan, page_size, q.device, cache, kv_stride, scale_stride, table_len),
-    ), _options(config.num_warps, config.num_stages))
+    ), _options(config.num_warps, config.num_stages), (len(inputs), len(inputs) + 3))
     if s.direct:
         return [decode]
-    combine = Launch(mla_combine_kernel, _combine_grid(split_indptr.shape[0] - 1, s.rows_max), (
-        part_o, part_lse, s.rows_max, split_indptr, qo_indptr,
+    partials = (part_o, part_lse, s.rows_max, split_indptr, qo_indptr)
+    combine = Launch(mla_combine_kernel, _combine_grid(split_indptr.shape[0] - 1, s.rows_max), partials + (
         out, out_stride[0], out_stride[1], lse_arg, lse_stride,
         plan.num_heads, COMBINE_BLOCK_R, COMBINE_BLOCK_D,
         _combine_block_s(s), write_lse,
-    ), _options(4, None))
+    ), _options(4, None), (len(partials), len(partials) + 3))
     return [decode, combine]
 
 
@@ -348,11 +352,10 @@ class CompiledLaunches:
         self._current_stream = current_stream
 
     def launch(self, launches: list[Launch], key: tuple):
-        """Launch ``launches`` (their call key ``key``). Returns a function of no arguments that
-        launches the same kernels with the same arguments again, through ``bound_launch``'s ``bind``, and
-        returns True, or False without launching when a launch hook is set or the current device
-        changed (then call ``launch`` again); None when the dispatcher ran them and handed back no
-        compiled kernel (a launch hook is set, or compilation is asynchronous)."""
+        """Launch ``launches`` (their call key ``key``). Returns a ``Repeat`` of them (launching
+        the same kernels with the same arguments again through ``bound_launch``'s ``bind``, or
+        with other outputs), or None when the dispatcher ran them and handed back no compiled
+        kernel (a launch hook is set, or compilation is asynchronous)."""
         if self._current_device is None:
             driver = triton.runtime.driver.active
             self._current_device, self._current_stream = driver.get_current_device, driver.get_current_stream
@@ -369,21 +372,51 @@ class CompiledLaunches:
             if len(self._kernels) > self._capacity:  # dicts keep insertion order: drop the oldest
                 del self._kernels[next(iter(self._kernels))]
         bound = [bind(binding, one.grid, one.args) for binding, one in zip(bindings, launches)]
-        current_device, current_stream = self._current_device, self._current_stream
-
-        def again() -> bool:
-            if _hooked() or current_device() != device:
-                return False
-            stream = current_stream(device)
-            for fn, gx, gy, gz, rest in bound:
-                fn(gx, gy, gz, stream, *rest)
-            return True
-
+        # The outputs' positions in each bound argument list, after the launcher's own arguments.
+        outputs = [tuple(len(b[4]) - len(one.args) + i for i in one.outputs) for b, one in zip(bound, launches)]
+        repeat = Repeat(bound, outputs, device, self._current_device, self._current_stream)
         if not launched:
-            stream = current_stream(device)
-            for fn, gx, gy, gz, rest in bound:
-                fn(gx, gy, gz, stream, *rest)
-        return again
+            repeat()
+        return repeat
+
+
+class Repeat:
+    """Bound launches that ran once (``CompiledLaunches.launch``), to run again on the current
+    stream of the device they ran on. It holds addresses and scalars, no tensor: the caller keeps
+    what they point at alive and unchanged in layout.
+
+    ``repeat()`` launches them with the same arguments; ``repeat.with_outputs(out, lse)`` with the
+    output at address ``out`` and the lse at ``lse`` instead (None: a call that writes no lse, as
+    the one that ran; the lse argument then holds the output, as ``launches`` makes it), for a
+    call whose other arguments are the same addresses and layouts and whose outputs have the
+    layouts, alignment and dtypes of the first ones. Both return True, or False without launching
+    when a launch hook is set or the current device is another (then launch anew)."""
+
+    __slots__ = ("_bound", "_outputs", "_device", "_current_device", "_current_stream")
+
+    def __init__(self, bound: list, outputs: list, device, current_device, current_stream):
+        self._bound, self._outputs, self._device = bound, outputs, device
+        self._current_device, self._current_stream = current_device, current_stream
+
+    def __call__(self) -> bool:
+        if _hooked() or self._current_device() != self._device:
+            return False
+        stream = self._current_stream(self._device)
+        for fn, gx, gy, gz, rest in self._bound:
+            fn(gx, gy, gz, stream, *rest)
+        return True
+
+    def with_outputs(self, out: int, lse: int | None) -> bool:
+        if _hooked() or self._current_device() != self._device:
+            return False
+        stream = self._current_stream(self._device)
+        for (fn, gx, gy, gz, rest), at in zip(self._bound, self._outputs):
+            if at:
+                rest = list(rest)
+                rest[at[0]] = out
+                rest[at[1]] = out if lse is None else lse
+            fn(gx, gy, gz, stream, *rest)
+        return True
 
 
 def _hooked() -> bool:
