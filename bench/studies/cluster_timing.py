@@ -4,7 +4,8 @@
 For each shape and format, two plans of the benchmark's inputs with the Triton backend: the
 shipped one (on an sm_90 GPU, requests of at most 16 chunks run as one thread-block cluster each
 and merge their own partials: ``schedule.with_clusters``) and the same layout planned without
-clusters (decode, then combine), and that plan's decode kernel (no merge in it) launched in
+clusters (decode, then combine), the driver's count of clusters the GPU holds at once
+(``cuOccupancyMaxActiveClusters``) against the clusters launched, and that plan's decode kernel (no merge in it) launched in
 clusters of the first plan's size before its combine, which separates what the cluster launch
 costs from what the merge inside it costs. Each output is checked strictly, then both graphs are timed
 after a read flush, alternated ``--rounds`` times in the same process (median of ``--reps``
@@ -33,6 +34,37 @@ from mixmla.kernels.triton import launch
 from mixmla.kernels.triton.decode import mla_decode_kernel
 
 from flush_study import bench_case, shape_list, time_graphs
+
+
+def max_active_clusters(kernel, cluster: int, grid: tuple) -> int | str:
+    """``cuOccupancyMaxActiveClusters`` of a loaded ``kernel`` (a ``CompiledKernel``) launched as
+    clusters of ``cluster`` programs on a grid of ``grid`` clusters: how many clusters the GPU can
+    hold at once; the error text where the driver call fails."""
+    import ctypes
+
+    class LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: id, padding, a 64-byte value
+        _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_char * 4), ("x", ctypes.c_uint), ("y", ctypes.c_uint),
+                    ("z", ctypes.c_uint), ("rest", ctypes.c_char * 52)]
+
+    class LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+        _fields_ = [("gx", ctypes.c_uint), ("gy", ctypes.c_uint), ("gz", ctypes.c_uint), ("bx", ctypes.c_uint),
+                    ("by", ctypes.c_uint), ("bz", ctypes.c_uint), ("shared", ctypes.c_uint),
+                    ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(LaunchAttribute)),
+                    ("num_attrs", ctypes.c_uint)]
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        attr = LaunchAttribute(4, b"", cluster, 1, 1, b"")  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        num_warps, _, shared = kernel.packed_metadata
+        cfg = LaunchConfig(grid[0] * cluster, grid[1] if len(grid) > 1 else 1, 1, 32 * num_warps, 1, 1, shared,
+                           None, ctypes.pointer(attr), 1)
+        if cluster > 8:  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+            cuda.cuFuncSetAttribute(ctypes.c_void_p(kernel.function), 16, 1)
+        n = ctypes.c_int(0)
+        err = cuda.cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(kernel.function), ctypes.byref(cfg))
+        return n.value if err == 0 else f"CUresult {err}"
+    except Exception as exc:  # a study: record why, keep timing
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _plan(case, fmt, clusters: bool):
@@ -77,6 +109,13 @@ def main():
                 chk = check_strict(out, ref)
                 rec[name] = dict(cluster=p.schedule.cluster, work_items=p.schedule.num_work, rel_l2=chk.rel_l2,
                                  ok=bool(chk.passed), us=[])
+                if clusters and p.schedule.cluster > 1:
+                    dec = launch.launches(p._plan.constants, q, as_cache(cache), p.kv_indptr, p.qo_indptr, out,
+                                          None)[0]
+                    k = launch.with_cluster(mla_decode_kernel.warmup(*dec.args, grid=dec.grid, **dec.options),
+                                            p.schedule.cluster)
+                    rec[name]["clusters_launched"] = dec.grid[0] * dec.grid[1]
+                    rec[name]["max_active_clusters"] = max_active_clusters(k, p.schedule.cluster, dec.grid)
                 graphs[name] = capture_graph(lambda p=p, out=out: p.run(q, cache, out=out))
                 if not clusters and not p.schedule.direct:
                     # The same decode kernel (no merge in it), launched as clusters of the size the
