@@ -95,8 +95,9 @@ def _label(name):
 def _decoder(name, b, fmt, device, paged):
     """A variant module may declare NUM_WARPS (of its default partition: a warp-specialized kernel
     adds its workers' warps), MAX_REGISTERS, PROGRAMS_PER_SM, SIGNATURE (its own argument list),
-    SPEC (a dict of ``KernelSpec`` fields to override) and COOPERATIVE (launch flag); otherwise
-    the shipped values."""
+    SPEC (a dict of ``KernelSpec`` fields to override), COOPERATIVE (launch flag) and FORMATS (the
+    cache formats it reads, of 'fp8' and 'mxfp4': ``main`` times it on those only); otherwise the
+    shipped values."""
     if name == "shipped":
         return HopperDecoder(b, 16, fmt, device, paged=paged)
     mod = load_module(name)
@@ -151,7 +152,8 @@ def main(outdir, modules, page_sizes=(), shapes=SHAPES):
             ref = mla_decode_reference(q, cache, kvp, qo)[0] if b * l <= 65536 else None
             row = {"shape": f"{b}x{l}", "fmt": fmt}
             outs = {}
-            for name in ["shipped"] + modules:
+            names = ["shipped"] + [m for m in modules if fmt in getattr(load_module(m), "FORMATS", ("fp8", "mxfp4"))]
+            for name in names:
                 dec = _decoder(name, b, fmt, q.device, 0)
                 out = torch.full((q.shape[0], 16, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
                 lse = torch.full((q.shape[0], 16), float("nan"), device="cuda")
@@ -165,7 +167,7 @@ def main(outdir, modules, page_sizes=(), shapes=SHAPES):
             for page_size in page_sizes if b * l >= PAGED_MIN_TOKENS else ():
                 batch = scatter_to_pages(cache, kvp, page_size, generator=torch.Generator().manual_seed(page_size))
                 pages = batch.block_pages
-                for name in ["shipped"] + modules:
+                for name in names:
                     dec = _decoder(name, b, fmt, q.device, 1)
                     out = torch.full_like(outs[name][0], float("nan"))
                     lse = torch.full_like(outs[name][1], float("nan"))

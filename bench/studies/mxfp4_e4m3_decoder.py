@@ -1,0 +1,175 @@
+"""MXFP4 codes to e4m3 bytes with one exponent per token: the decoder of design step 103, checked
+bit-exactly on the CPU.
+
+Step 97's key operand (``mxfp4_token_exponent.py``) is ``K'[t, d] = e4m3(c[t, d] * 2**-D)`` with
+``D = r(t) - s(t, b)`` >= 0 the binades between the token's largest block exponent and the block's.
+A code's three magnitude bits are a byte-permute selector, so one ``prmt`` looks up four e4m3
+magnitudes at once in an 8-entry table of two words; the table depends only on ``D`` (the 8 E2M1
+magnitudes times ``2**-D``, rounded to e4m3, nearest even, as the emulation's cast rounds them), so
+a kernel keeps ``TABLES`` (16 x 8 bytes; ``D`` clamped to 15, where every entry is already zero)
+in shared memory and reads one 8-byte entry per token and block. The sign bits go into bit 7 of
+each byte as the bf16 decoder puts them into bit 15 (a byte permute of ``(word << 4, word)`` and
+one ``lop3``). Nine instructions per 8 codes, against 19 for the shipped bf16 decoder, and no
+multiply: the block scale is in the table.
+
+``PYTHONPATH=src:tests python bench/studies/mxfp4_e4m3_decoder.py``: runs ``check`` in the PTX
+subset interpreter of the test suite (every code byte in every byte position, every ``D`` from 0 to
+20 with ``D`` clamped as a kernel would) and prints the instruction count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mixmla.formats.mxfp4 import e2m1_decode
+
+#: Largest ``D`` with its own table; larger ones use this one (every entry 0: 6 * 2**-15 is below
+#: half of e4m3's smallest subnormal, 2**-9).
+MAX_SHIFT = 15
+
+
+def tables() -> np.ndarray:
+    """(MAX_SHIFT + 1, 2) uint32: row D holds the e4m3 bytes of the E2M1 magnitudes 0, 0.5, 1, 1.5
+    (word 0, byte i = magnitude i) and 2, 3, 4, 6 (word 1), times ``2**-D``."""
+    mags = e2m1_decode(torch.arange(8)).double()
+    rows = []
+    for d in range(MAX_SHIFT + 1):
+        b = (mags * 2.0**-d).to(torch.float8_e4m3fn).view(torch.uint8).numpy().astype(np.uint64)
+        rows.append([int(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24), int(b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24)])
+    return np.array(rows, dtype=np.uint64)
+
+
+#: ``tables()[D]`` by arithmetic, for a kernel that cannot gather from shared memory (Gluon on
+#: triton 3.6 has no such load): every nonzero magnitude's e4m3 byte drops by ``8 D`` while it stays
+#: normal, which holds for ``D <= ARITHMETIC_SHIFTS`` (0.5 * 2**-5 = 2**-6, e4m3's smallest normal).
+ARITHMETIC_BASE = (0x3C383000, 0x4C484440)
+ARITHMETIC_STEP = (0x08080800, 0x08080808)
+ARITHMETIC_SHIFTS = 5
+
+
+def arithmetic_tables(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two table words for shifts ``d`` (0 .. ARITHMETIC_SHIFTS) as ``base - d * step``."""
+    d = np.asarray(d, dtype=np.uint64)
+    return tuple((np.uint64(b) - d * np.uint64(st)) & np.uint64(0xFFFFFFFF) for b, st in zip(ARITHMETIC_BASE, ARITHMETIC_STEP))
+
+
+#: ``$0, $1`` <- the e4m3 bytes of the 8 E2M1 codes of ``$2`` (byte k of the word: codes 2k (low
+#: nibble) and 2k+1), values 0..3 in ``$0`` and 4..7 in ``$1``, byte i = value i; magnitudes from
+#: the table words ``$3 $4`` (``tables()[D]``). Constraints ``"=r,=r,r,r,r"``.
+MXFP4_TO_E4M3 = """
+{
+.reg .b32 sel, c4, sg, mag;
+and.b32 sel, $2, 0x77777777;
+shl.b32 c4, $2, 4;
+prmt.b32 sg, c4, $2, 0x5140;
+prmt.b32 mag, $3, $4, sel;
+lop3.b32 $0, mag, sg, 0x80808080, 0xF8;
+shr.b32 sel, sel, 16;
+prmt.b32 sg, c4, $2, 0x7362;
+prmt.b32 mag, $3, $4, sel;
+lop3.b32 $1, mag, sg, 0x80808080, 0xF8;
+}
+"""
+
+
+def _with_f16(word: str, t0: str, t1: str, lo: str, hi: str, f16: tuple[str, str, str, str]) -> str:
+    """``MXFP4_TO_E4M3`` of code word ``word`` (tables ``t0 t1``) into ``lo hi``, then each 16-bit
+    half of those (one code byte's two values) converted exactly to f16x2 into ``f16``."""
+    body = MXFP4_TO_E4M3.replace("{\n.reg .b32 sel, c4, sg, mag;", "").rstrip().removesuffix("}")
+    body = body.replace("$0", lo).replace("$1", hi).replace("$2", word).replace("$3", t0).replace("$4", t1)
+    cvt = "".join(f"mov.b32 {{h0, h1}}, {src};\ncvt.rn.f16x2.e4m3x2 {a}, h0;\ncvt.rn.f16x2.e4m3x2 {b}, h1;\n"
+                  for src, a, b in ((lo, f16[0], f16[1]), (hi, f16[2], f16[3])))
+    return body + cvt
+
+
+#: The Hopper kernel's form (``inline_asm_elementwise`` with ``pack=2`` on two code words of one
+#: block): ``$0 .. $7`` <- one f16x2 register per byte of the code words ``$12 $13`` (low nibble in
+#: the low half), the key operand's registers as the shipped bf16 decoder gives them; ``$8 $9`` <-
+#: the e4m3 bytes of values 0..3 of each word, ``$10 $11`` of values 4..7 (the value tile's words);
+#: tables ``$14 $15`` (first word, one per code word) and ``$16 $17`` (second). Constraints 12 x
+#: ``=r`` then 6 x ``r``.
+MXFP4_TO_E4M3_F16X2 = ("{\n.reg .b32 sel, c4, sg, mag;\n.reg .b16 h0, h1;"
+                       + _with_f16("$12", "$14", "$16", "$8", "$10", ("$0", "$1", "$2", "$3"))
+                       + _with_f16("$13", "$15", "$17", "$9", "$11", ("$4", "$5", "$6", "$7")) + "}")
+
+
+def instructions(asm: str = MXFP4_TO_E4M3) -> int:
+    """PTX instructions of ``asm`` (declarations and braces not counted)."""
+    body = [s.strip() for s in asm.replace("{", ";").replace("}", ";").split(";")]
+    return sum(1 for s in body if s and not s.startswith(".reg"))
+
+
+def check(seed: int = 0) -> int:
+    """Every code byte in each of a word's four positions (the other three random), for every ``D``
+    in 0..20 (clamped to MAX_SHIFT as a kernel would): the decoder's bytes equal torch's e4m3
+    rounding of the exactly scaled E2M1 value, signed zeros included. Returns the cases checked."""
+    import ptx_subset  # tests/ptx_subset.py
+
+    rng = np.random.default_rng(seed)
+    table = tables()
+    d = np.arange(ARITHMETIC_SHIFTS + 2)
+    w0, w1 = arithmetic_tables(d)
+    exact = (w0 == table[d, 0]) & (w1 == table[d, 1])
+    assert exact[:-1].all() and not exact[-1], "arithmetic tables: exact up to ARITHMETIC_SHIFTS, not beyond"
+    cases = 0
+    for pos in range(4):
+        words = rng.integers(0, 1 << 32, size=(21, 256), dtype=np.uint64)
+        words &= ~np.uint64(0xFF << (8 * pos))
+        words |= np.arange(256, dtype=np.uint64)[None, :] << np.uint64(8 * pos)
+        shift = np.broadcast_to(np.arange(21)[:, None], words.shape)
+        row = table[np.minimum(shift, MAX_SHIFT).ravel()]
+        got = ptx_subset.run(MXFP4_TO_E4M3, {2: words.ravel(), 3: row[:, 0], 4: row[:, 1]}, 2)
+        for v in range(8):
+            code = torch.from_numpy(((words.ravel() >> np.uint64(4 * v)) & np.uint64(0xF)).astype(np.int64))
+            scale = torch.from_numpy(np.exp2(-shift.ravel().astype(np.float64)))
+            want = (e2m1_decode(code).double() * scale).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+            byte = (got[v // 4] >> np.uint64(8 * (v % 4))) & np.uint64(0xFF)
+            bad = np.flatnonzero(byte != want)
+            assert bad.size == 0, (f"value {v}: word {int(words.ravel()[bad[0]]):#x} D={int(shift.ravel()[bad[0]])}: "
+                                   f"{int(byte[bad[0]]):#04x} != {int(want[bad[0]]):#04x}")
+            cases += byte.size
+    return cases
+
+
+def check_with_f16(seed: int = 1) -> int:
+    """``MXFP4_TO_E4M3_F16X2`` on random word pairs and ``D`` per word: its e4m3 words equal
+    ``MXFP4_TO_E4M3``'s, and each f16x2 register is its byte's two values, converted exactly.
+    Returns the values checked."""
+    import ptx_subset
+
+    rng = np.random.default_rng(seed)
+    n = 1 << 16
+    words = rng.integers(0, 1 << 32, size=(2, n), dtype=np.uint64)
+    shift = rng.integers(0, MAX_SHIFT + 1, size=(2, n))
+    table = tables()
+    rows = [table[shift[i]] for i in range(2)]
+    inputs = {12: words[0], 13: words[1], 14: rows[0][:, 0], 15: rows[1][:, 0], 16: rows[0][:, 1], 17: rows[1][:, 1]}
+    got = ptx_subset.run(MXFP4_TO_E4M3_F16X2, inputs, 12)
+    for i in range(2):
+        lo, hi = ptx_subset.run(MXFP4_TO_E4M3, {2: words[i], 3: rows[i][:, 0], 4: rows[i][:, 1]}, 2)
+        assert np.array_equal(got[8 + i], lo) and np.array_equal(got[10 + i], hi), f"e4m3 words of word {i}"
+        for b in range(4):
+            e4 = ((lo, hi)[b // 2] >> np.uint64(16 * (b % 2))) & np.uint64(0xFFFF)
+            for h in range(2):
+                byte = torch.from_numpy(((e4 >> np.uint64(8 * h)) & np.uint64(0xFF)).astype(np.uint8))
+                want = byte.view(torch.float8_e4m3fn).to(torch.float16).view(torch.int16).numpy().astype(np.uint64)
+                f16 = (got[4 * i + b] >> np.uint64(16 * h)) & np.uint64(0xFFFF)
+                assert np.array_equal(f16, want & np.uint64(0xFFFF)), f"word {i} byte {b} half {h}"
+    return 16 * n
+
+
+def main() -> int:
+    n = check()
+    m = check_with_f16()
+    print(f"MXFP4_TO_E4M3_F16X2: {instructions(MXFP4_TO_E4M3_F16X2)} instructions per 16 codes; {m} values checked "
+          f"against MXFP4_TO_E4M3 and an exact conversion")
+    print(f"MXFP4_TO_E4M3: {instructions()} instructions per 8 codes; {n} decoded values equal torch's e4m3 "
+          f"rounding (D = 0..20)")
+    for d, (w0, w1) in enumerate(tables()):
+        print(f"  D={d:2d}: {int(w0):#010x} {int(w1):#010x}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
