@@ -63,7 +63,7 @@ FORMATS = ("mxfp4", )
 
 
 @gluon.jit
-def _token_exponents(raw):
+def token_exponents(raw):
     """The largest E8M0 byte of each token row of a tile's chunks (``_load_tile``), (TILE,) int32 in
     ``SliceLayout(1, SliceLayout(2, mxfp4_scale_layout()))``."""
     top = raw[0][1]
@@ -73,10 +73,11 @@ def _token_exponents(raw):
 
 
 @gluon.jit
-def _decode_chunk(codes, scale, r):
-    """Chunk ``(codes, scale)`` of a tile (``mxfp4.load_chunk``) with token exponents ``r``
-    (``_token_exponents``): ``(keys, words)``, the f16 values (TILE, 64) in stored column order and
-    their e4m3 bytes as (TILE, 16) int32 words in ``chunk_word_layout(4)`` (row t's 64 bytes)."""
+def chunk_tables(scale, r):
+    """The decode tables (two (TILE, 8) int32 words per code word, ``chunk_word_layout(2)``) of a
+    chunk's block scales ``scale`` (``mxfp4.load_chunk``) under token exponents ``r``
+    (``token_exponents``): ``mxfp4_e4m3_decoder.arithmetic_tables`` of ``r - scale``, zeros beyond
+    MAX_SHIFT."""
     word_l: gl.constexpr = chunk_word_layout(2)
     d = gl.expand_dims(r, 1) - scale
     live = d <= MAX_SHIFT
@@ -86,6 +87,15 @@ def _decode_chunk(codes, scale, r):
                            assert_trivial=True)
     t1 = gl.convert_layout(gl.reshape(gl.expand_dims(t1, 2).broadcast_to([TILE, 2, 4]), [TILE, 8]), word_l,
                            assert_trivial=True)
+    return t0, t1
+
+
+@gluon.jit
+def _decode_chunk(codes, scale, r):
+    """Chunk ``(codes, scale)`` of a tile (``mxfp4.load_chunk``) with token exponents ``r``
+    (``token_exponents``): ``(keys, words)``, the f16 values (TILE, 64) in stored column order and
+    their e4m3 bytes as (TILE, 16) int32 words in ``chunk_word_layout(4)`` (row t's 64 bytes)."""
+    t0, t1 = chunk_tables(scale, r)
     x0, x1, x2, x3, x4, x5, x6, x7, lo, hi = gl.inline_asm_elementwise(
         DECODE_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r", [codes, t0, t1],
         dtype=(gl.float16, ) * 8 + (gl.int32, gl.int32), is_pure=True, pack=2)
@@ -164,7 +174,7 @@ def mla_decode_hopper_kernel(
                                                  page_shift, kv_stride, sc_stride)
                 page = page2
                 page2 = _tile_pages(PAGED, pages_ptr, first_row, kv_len, t + 3, t + 3 < t_end, page_shift)
-                r = _token_exponents(raw)
+                r = token_exponents(raw)
                 nxt = ()
                 pending = ()
                 for c in gl.static_range(NUM_CHUNKS):

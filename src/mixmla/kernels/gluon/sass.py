@@ -64,13 +64,18 @@ def _loops(instructions: list[tuple[int, str]]) -> list[tuple[int, int]]:
     return loops
 
 
+def _is_mma(text: str) -> bool:
+    """A warpgroup matrix instruction: HGMMA (16-bit operands) or QGMMA (8-bit)."""
+    return "HGMMA" in text or "QGMMA" in text
+
+
 def tile_loops(instructions: list[tuple[int, str]]) -> list[tuple[int, int]]:
-    """The loops that hold matrix instructions (HGMMA), shortest first, leaving out any that overlaps
+    """The loops that hold matrix instructions (``_is_mma``), shortest first, leaving out any that overlaps
     one already taken: a kernel's tile loops (one per warpgroup's code in a warp-specialized
     kernel). Overlap, not nesting: ptxas may lay out an outer loop's backward branch so that its
     range starts inside an inner loop."""
     def hgmma(loop):
-        return sum("HGMMA" in t for _, t in instructions[loop[0]:loop[1] + 1])
+        return sum(_is_mma(t) for _, t in instructions[loop[0]:loop[1] + 1])
 
     taken = []
     for lp in sorted((lp for lp in _loops(instructions) if hgmma(lp)), key=lambda lp: lp[1] - lp[0]):
@@ -85,7 +90,7 @@ def hot_loop(instructions: list[tuple[int, str]]) -> list[str]:
     best, best_key = (0, -1), (0, 0)
     for first, last in tile_loops(instructions):
         body = instructions[first:last + 1]
-        key = (sum("HGMMA" in t for _, t in body), -len(body))
+        key = (sum(_is_mma(t) for _, t in body), -len(body))
         if key > best_key:
             best, best_key = (first, last), key
     return [text for _, text in instructions[best[0]:best[1] + 1]]
