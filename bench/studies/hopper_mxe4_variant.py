@@ -45,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from mixmla.kernels.constants import FMT_FP8, FMT_MXFP4, LOG2E
 from mixmla.kernels.gluon import mxfp4, paging
 from mixmla.kernels.gluon.decode import (_finish, _load_query, _load_tile, _opaque_zero, _piece_tiles, _program_units,
-                                         _request_bounds, _stage_query, _tile_max, _tile_pages, _tile_rows,
+                                         _request_bounds, _stage_query, _tile_pages, _tile_rows,
                                          _write_request)
 from mixmla.kernels.gluon.decode_tma import PAIR_COLUMNS, _value_products
 from mixmla.kernels.gluon.layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, p_layout, q_layout,
@@ -70,6 +70,23 @@ def token_exponents(raw):
     for c in gl.static_range(1, NUM_CHUNKS):
         top = gl.maximum(top, raw[c][1])
     return gl.max(top, axis=1)
+
+
+@gluon.jit
+def tile_max_pair(s, sr, red_smem, ROWS: gl.constexpr):
+    """``decode._tile_max`` of two score tiles at once, one exchange through shared memory (one
+    barrier): the column maxima (ROWS,) of ``s`` and of ``sr`` (TILE, ROWS), ``red_smem`` (4, ROWS,
+    2) float32."""
+    acc_l: gl.constexpr = score_layout(ROWS)
+    per_warp = gl.max(gl.reshape(gl.join(s, sr), [4, 16, ROWS, 2]), axis=1)
+    red_smem.store(per_warp)
+    gl.thread_barrier()
+    all_l: gl.constexpr = gl.DistributedLinearLayout(
+        reg_bases=[[0, 0, 1], [0, 1, 0], [0, 8, 0], [1, 0, 0], [2, 0, 0]],
+        lane_bases=[[0, 2, 0], [0, 4, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]],
+        warp_bases=[[0, 0, 0], [0, 0, 0]], block_bases=[], shape=[4, ROWS, 2])
+    m, m2 = gl.split(gl.max(red_smem.load(all_l), axis=0))
+    return gl.convert_layout(m, gl.SliceLayout(0, acc_l)), gl.convert_layout(m2, gl.SliceLayout(0, acc_l))
 
 
 @gluon.jit
@@ -127,7 +144,7 @@ def mla_decode_hopper_kernel(
     # The value tile as decode_tma stages an fp8 tile (one slot): pair p of chunks at index p.
     v_raw = gl.allocate_shared_memory(gl.int32, [VALUE_CHUNKS // 2, 2, TILE, 16], staged_chunks_layout(16))
     p_all = gl.allocate_shared_memory(gl.float16, [1, TILE, ROWS], p_layout(ROWS))
-    red_smem = gl.allocate_shared_memory(gl.float32, [4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    red_smem = gl.allocate_shared_memory(gl.float32, [4, ROWS, 2], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
 
     pid = gl.program_id(0)
     num_programs = gl.num_programs(0)
@@ -202,8 +219,9 @@ def mla_decode_hopper_kernel(
                 row_mult = (r_acc << 23).to(gl.float32, bitcast=True)
                 s = gl.where(visible, st * row_mult[:, None] * qk[None, :], float("-inf"))
                 sr = s + (r_acc - 127).to(gl.float32)[:, None]
-                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))
-                m2_new = gl.maximum(m2_i, _tile_max(sr, red_smem, ROWS))
+                tm, tm2 = tile_max_pair(s, sr, red_smem, ROWS)
+                m_new = gl.maximum(m_i, tm)
+                m2_new = gl.maximum(m2_i, tm2)
                 m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
                 m2_safe = gl.where(m2_new == float("-inf"), 0.0, m2_new)
                 p = gl.exp2(s - m_safe[None, :])

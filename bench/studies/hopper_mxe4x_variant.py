@@ -36,12 +36,12 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from mixmla.kernels.constants import FMT_FP8, FMT_MXFP4, LOG2E
 from mixmla.kernels.gluon import mxfp4, paging
 from mixmla.kernels.gluon.decode import (_finish, _load_tile, _opaque_zero, _piece_tiles, _program_units,
-                                         _request_bounds, _tile_max, _tile_pages, _tile_rows, _write_request)
+                                         _request_bounds, _tile_pages, _tile_rows, _write_request)
 from mixmla.kernels.gluon.decode_tma import PAIR_COLUMNS, _value_columns
 from mixmla.kernels.gluon.layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, key_operand_layout,
                                           score_layout, staged_chunks_layout)
 
-from hopper_mxe4_variant import chunk_tables, token_exponents
+from hopper_mxe4_variant import chunk_tables, tile_max_pair, token_exponents
 from mxfp4_e4m3_decoder import MXFP4_TO_E4M3
 
 FORMATS = ("mxfp4", )
@@ -221,7 +221,7 @@ def mla_decode_hopper_kernel(
     v_raw = gl.allocate_shared_memory(gl.int32, [VALUE_CHUNKS // 2, 2, TILE, 16], staged_chunks_layout(16))
     p_hi = gl.allocate_shared_memory(gl.float8e4nv, [ROWS, TILE], b_l)
     p_lo = gl.allocate_shared_memory(gl.float8e4nv, [ROWS, TILE], b_l)
-    red_smem = gl.allocate_shared_memory(gl.float32, [4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    red_smem = gl.allocate_shared_memory(gl.float32, [4, ROWS, 2], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
 
     pid = gl.program_id(0)
     num_programs = gl.num_programs(0)
@@ -293,8 +293,9 @@ def mla_decode_hopper_kernel(
                 row_mult = (r_acc << 23).to(gl.float32, bitcast=True)
                 s = gl.where(visible, s_raw * row_mult[:, None] * qk[None, :], float("-inf"))
                 sr = s + (r_acc - 127).to(gl.float32)[:, None]
-                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))
-                m2_new = gl.maximum(m2_i, _tile_max(sr, red_smem, ROWS))
+                tm, tm2 = tile_max_pair(s, sr, red_smem, ROWS)
+                m_new = gl.maximum(m_i, tm)
+                m2_new = gl.maximum(m2_i, tm2)
                 m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
                 m2_safe = gl.where(m2_new == float("-inf"), 0.0, m2_new)
                 p = gl.exp2(s - m_safe[None, :])
