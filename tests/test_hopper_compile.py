@@ -141,3 +141,28 @@ def test_no_local_memory_in_the_tile_loop(compiled):
     """A few bytes of per-request values are spilled around the tile loop, never inside it."""
     for k in compiled:
         assert k["loop_local"] == 0, k
+
+
+def test_tile_loops_are_found_by_their_matrix_instructions_of_either_width():
+    """``sass.tile_loops`` and ``hot_loop`` on a made-up listing: a loop counts as a tile loop when
+    it holds 16-bit (HGMMA) or 8-bit (QGMMA) matrix instructions, a loop without any is left out,
+    and the hot loop is the one with the most."""
+    from mixmla.kernels.gluon import sass
+
+    def listing(*bodies):
+        out, addr = [], 0
+        for ops in bodies:
+            start = addr
+            for op in ops:
+                out.append((addr, op))
+                addr += 16
+            out.append((addr, f"BRA {start:#x}"))
+            addr += 16
+        return out
+
+    ins = listing(["IADD3 R1, R1, 1"], ["QGMMA.64x32x32.F32.E4M3.E4M3 R24, R8, gdesc[UR4], R24", "LDS R2, [R3]"],
+                  ["HGMMA.64x16x16.F32.BF16 R24, R8, gdesc[UR4], R24"] * 2)
+    loops = sass.tile_loops(ins)
+    assert [(ins[a][1].split()[0], ins[b][1].split()[0]) for a, b in loops] == [("QGMMA.64x32x32.F32.E4M3.E4M3", "BRA"),
+                                                                              ("HGMMA.64x16x16.F32.BF16", "BRA")]
+    assert sass.hot_loop(ins)[:2] == ["HGMMA.64x16x16.F32.BF16 R24, R8, gdesc[UR4], R24"] * 2
