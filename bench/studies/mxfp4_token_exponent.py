@@ -23,7 +23,8 @@ the kernel's existing exchange of the tile's maxima carries together, weights th
 ``P'' = 2**(x + r(t) - m')`` (at most 1 whatever the exponents) and scales the output by
 ``2**(m' - m) / L``. ``two f16``: the query in f16 (as the fp8 kernels stage it) against K'
 converted exactly to f16, P'' in f16; ``two e4m3``: the query and P'' as two e4m3 terms each
-against K' itself.
+against K' itself; ``two f16 flush5`` the first with blocks more than ``FLUSH_BELOW`` binades below
+their token's largest decoded to zeros, as the variants' arithmetic tables do.
 
 Besides the benchmark's inputs (standard normal, where a token's block exponents span little),
 ``--spreads B`` multiplies each 32-column block of the bf16 cache by ``2**-u``, u uniform in
@@ -57,21 +58,27 @@ from mxfp4_fp8_operands import TILE, _round
 
 E4M3 = torch.float8_e4m3fn
 #: The designs compared (``decode_request``'s ``how``), besides the exact reference.
-HOWS = ("bf16", "tok", "tok bf16P", "two f16", "two e4m3")
+HOWS = ("bf16", "tok", "tok bf16P", "two f16", "two e4m3", "two f16 flush5")
+#: Binades below its token's largest beyond which ``two f16 flush5`` zeroes a block (the arithmetic
+#: decode tables of ``hopper_mxe4_variant.py`` are exact up to this, ``mxfp4_e4m3_decoder``).
+FLUSH_BELOW = 5
 
 
 def decode_request(q: torch.Tensor, codes: torch.Tensor, exps: torch.Tensor, sm_scale: float, how: str) -> torch.Tensor:
     """One request's output (H, 512) float64. q (H, 576) float64; codes (T, 18, 32) E2M1 values as
     float64; exps (T, 18) block exponents. how: 'exact', 'bf16' (the shipped rounding: bf16 query
     and P, exact cache values), 'tok' or 'tok bf16P' (this design, P in f16 or bf16), 'two f16' or
-    'two e4m3' (``_two_maxima``)."""
+    'two e4m3' (``_two_maxima``), 'two f16 flush5' (the first with blocks more than FLUSH_BELOW
+    binades below their token's largest decoded to zeros, as the variants' tables do)."""
     H, T = q.shape[0], codes.shape[0]
     acc = torch.float64 if how == "exact" else torch.float32
     e = exps.double()
     if how.startswith(("tok", "two")):
         ref = e.max(dim=1).values  # r(t)
         k = (codes * torch.exp2(e - ref[:, None]).unsqueeze(-1)).to(E4M3).double()  # K'
-        qk = _f16_query(q) if how == "two f16" else _round(q, "e4m3x2", (1, ))
+        if how.endswith("flush5"):  # the variants' arithmetic tables: blocks over 5 binades down are zeros
+            k = torch.where((ref[:, None] - e > FLUSH_BELOW).unsqueeze(-1), 0.0, k)
+        qk = _f16_query(q) if how.startswith("two f16") else _round(q, "e4m3x2", (1, ))
         scores = torch.einsum("td,hd->th", k.reshape(T, -1).to(acc), qk.to(acc)).double() * torch.exp2(ref)[:, None]
         values = k[:, :VALUE_DIM // MX_BLOCK].reshape(T, VALUE_DIM)  # exact in f16 and bf16 alike
     else:
@@ -128,7 +135,7 @@ def _two_maxima(scores: torch.Tensor, ref: torch.Tensor, values: torch.Tensor, h
     m2 = xr.max(dim=0).values
     l = torch.exp2((x - m).to(acc)).double().sum(dim=0)
     w = torch.exp2((xr - m2).to(acc)).double()
-    if how == "two f16":
+    if how.startswith("two f16"):
         w = w.to(torch.float16).double()
     else:
         y = w * P_SCALE
