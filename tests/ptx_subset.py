@@ -62,6 +62,13 @@ def _e4m3_to_f16_bits(byte):
     return t.view(torch.int16).numpy().astype(np.uint64) & np.uint64(0xFFFF)
 
 
+def _f16_to_e4m3_bits(half):
+    """e4m3fn bits of f16 bits, rounded to nearest even and saturated to +-448 (``.satfinite``)."""
+    t = torch.from_numpy(half.astype(np.int32)).to(torch.int16).view(torch.float16).float()
+    t = torch.clamp(t, -448.0, 448.0)
+    return t.to(torch.float8_e4m3fn).view(torch.uint8).numpy().astype(np.uint64)
+
+
 def run(asm: str, inputs: dict[int, np.ndarray], num_outputs: int, memory: np.ndarray | None = None) -> list[np.ndarray]:
     """Evaluate ``asm`` with operands ``$k`` = ``inputs[k]`` (uint32 arrays of one shape, 64-bit
     values for address operands); returns the output operands ``$0 .. $(num_outputs-1)``.
@@ -95,6 +102,11 @@ def run(asm: str, inputs: dict[int, np.ndarray], num_outputs: int, memory: np.nd
             x = val(src.strip(" ,"))
             regs[lo], regs[hi] = x & np.uint64(0xFFFF), (x >> np.uint64(16)) & np.uint64(0xFFFF)
             continue
+        if op == "mov.b32" and rest.strip().endswith("}"):  # pack two 16-bit registers: mov.b32 d, {lo, hi}
+            dst, src = rest.split(",", 1)
+            lo, hi = [t.strip() for t in src.strip(" {}").split(",")]
+            regs[dst.strip()] = (val(lo) & np.uint64(0xFFFF)) | ((val(hi) & np.uint64(0xFFFF)) << np.uint64(16))
+            continue
         args = [t.strip() for t in rest.split(",")]
         d, srcs = args[0], args[1:]
         if op == "setp.ne.b32":
@@ -119,6 +131,10 @@ def run(asm: str, inputs: dict[int, np.ndarray], num_outputs: int, memory: np.nd
             alo, ahi = _bf16_halves(val(srcs[0]))
             blo, bhi = _bf16_halves(val(srcs[1]))
             r = _pack_bf16(alo * blo, ahi * bhi)
+        elif op == "cvt.rn.satfinite.e4m3x2.f16x2":
+            x = val(srcs[0])
+            r = _f16_to_e4m3_bits(x & np.uint64(0xFFFF)) | (_f16_to_e4m3_bits((x >> np.uint64(16)) & np.uint64(0xFFFF))
+                                                           << np.uint64(8))
         elif op == "cvt.rn.f16x2.e4m3x2":
             x = val(srcs[0])
             r = _e4m3_to_f16_bits(x & np.uint64(0xFF)) | (_e4m3_to_f16_bits((x >> np.uint64(8)) & np.uint64(0xFF))

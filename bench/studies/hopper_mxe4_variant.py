@@ -9,11 +9,12 @@ behind that traffic. This variant halves the value tile and takes the value oper
 registers, keeping everything else of ``decode`` (its work split, loads, merge, two programs of
 one warpgroup per SM, one copy of the tile loop):
 
-- Keys: per token ``t`` the largest block exponent ``r(t)``; each block's codes decode to e4m3
-  bytes ``e4m3(c * 2**(s - r(t)))`` by one table lookup per four values (the table depends on
-  ``D = r(t) - s`` only; ``mxfp4_e4m3_decoder.py``), and those bytes convert exactly to f16 for
-  the score product (A from registers, as today). The query is staged in f16 with a power of two
-  per row, as for fp8; the scores' accumulator rows take ``2**(r(t) - 127)``.
+- Keys: per token ``t`` the largest block exponent ``r(t)``; each block's codes decode to the f16
+  values ``c * 2**(s - r(t))`` by one table lookup per four values (the table depends on ``D =
+  r(t) - s`` only, and is exact by arithmetic up to 13 binades: ``mxfp4_e4m3_decoder.py``) for
+  the score product (A from registers, as today), and the first 512 columns also to their e4m3
+  bytes (the hardware's rounding of the exact values). The query is staged in f16 with a power
+  of two per row, as for fp8; the scores' accumulator rows take ``2**(r(t) - 127)``.
 - Values: the e4m3 bytes of the first 512 columns are the value tile (32 KB instead of 64),
   stored as ``decode_tma`` stages a raw fp8 tile (pairs of chunks, 64-byte rows, 64-byte swizzle),
   so its value path applies unchanged: transposed 8x8 loads, one byte permute and two exact
@@ -23,11 +24,9 @@ one warpgroup per SM, one copy of the tile loop):
   most 1, f16), and the output is ``2**(m' - m) * acc / l``. ``mxfp4_token_exponent.py`` ('two
   f16') measures this arithmetic against the float64 reference: 1.5e-4 on the benchmark's inputs.
 
-What this variant leaves out, so its time bounds the design from below: the decode tables come
-from arithmetic (``base - D * step``), exact for ``D <= 5`` (``mxfp4_e4m3_decoder.ARITHMETIC_SHIFTS``);
-blocks further below their token's largest decode to zeros here (the benchmark's caches have none:
-``mxfp4_token_exponent.py``, column ">5 below"). A shipped version would read ``tables()`` (16 x 8
-bytes) through L1. MXFP4 only (contiguous and paged as ``decode`` reads them).
+Exact as ``mxfp4_token_exponent.py``'s 'two f16' emulates it, except for blocks more than 13 binades
+below their token's largest, whose keys decode to zeros (their e4m3 bytes are zeros in any case).
+MXFP4 only (contiguous and paged as ``decode`` reads them).
 
 ``PYTHONPATH=src:bench/studies python bench/studies/hopper_mxe4_variant.py --compile`` prints
 registers, spills, shared memory and the tile loop's length and opcodes on any machine; on the
@@ -51,14 +50,23 @@ from mixmla.kernels.gluon.decode_tma import PAIR_COLUMNS, _value_products
 from mixmla.kernels.gluon.layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, p_layout, q_layout,
                                           score_layout, staged_chunks_layout, to_key_operand)
 
-from mxfp4_e4m3_decoder import ARITHMETIC_BASE, ARITHMETIC_SHIFTS, ARITHMETIC_STEP, MXFP4_TO_E4M3_F16X2
+from mxfp4_e4m3_decoder import (ARITHMETIC_BASE, ARITHMETIC_SHIFTS, ARITHMETIC_STEP, F16_BASE, F16_SHIFTS, F16_STEP,
+                                MXFP4_TO_F16X2_E4M3)
 
-DECODE_ASM = gl.constexpr(MXFP4_TO_E4M3_F16X2)
+DECODE_ASM = gl.constexpr(MXFP4_TO_F16X2_E4M3)
+#: e4m3 table words by arithmetic (``mxfp4_e4m3_decoder.arithmetic_tables``, exact to 5 binades):
+#: ``chunk_tables``'s default, for ``hopper_mxe4x_variant``.
 BASE0 = gl.constexpr(ARITHMETIC_BASE[0])
 BASE1 = gl.constexpr(ARITHMETIC_BASE[1])
 STEP0 = gl.constexpr(ARITHMETIC_STEP[0])
 STEP1 = gl.constexpr(ARITHMETIC_STEP[1])
 MAX_SHIFT = gl.constexpr(ARITHMETIC_SHIFTS)
+#: f16 table words (``mxfp4_e4m3_decoder.f16_tables``, exact to 13 binades): this variant's.
+F16_BASE0 = gl.constexpr(F16_BASE[0])
+F16_BASE1 = gl.constexpr(F16_BASE[1])
+F16_STEP0 = gl.constexpr(F16_STEP[0])
+F16_STEP1 = gl.constexpr(F16_STEP[1])
+F16_MAX_SHIFT = gl.constexpr(F16_SHIFTS)
 FORMATS = ("mxfp4", )
 
 
@@ -90,16 +98,17 @@ def tile_max_pair(s, sr, red_smem, ROWS: gl.constexpr):
 
 
 @gluon.jit
-def chunk_tables(scale, r):
+def chunk_tables(scale, r, B0: gl.constexpr = BASE0, B1: gl.constexpr = BASE1, S0: gl.constexpr = STEP0,
+                 S1: gl.constexpr = STEP1, LAST: gl.constexpr = MAX_SHIFT):
     """The decode tables (two (TILE, 8) int32 words per code word, ``chunk_word_layout(2)``) of a
     chunk's block scales ``scale`` (``mxfp4.load_chunk``) under token exponents ``r``
-    (``token_exponents``): ``mxfp4_e4m3_decoder.arithmetic_tables`` of ``r - scale``, zeros beyond
-    MAX_SHIFT."""
+    (``token_exponents``): ``B - D * S`` for ``D = r - scale`` up to LAST, zeros beyond (default:
+    ``mxfp4_e4m3_decoder.arithmetic_tables``)."""
     word_l: gl.constexpr = chunk_word_layout(2)
     d = gl.expand_dims(r, 1) - scale
-    live = d <= MAX_SHIFT
-    t0 = gl.where(live, BASE0 - d * STEP0, 0)
-    t1 = gl.where(live, BASE1 - d * STEP1, 0)
+    live = d <= LAST
+    t0 = gl.where(live, B0 - d * S0, 0)
+    t1 = gl.where(live, B1 - d * S1, 0)
     t0 = gl.convert_layout(gl.reshape(gl.expand_dims(t0, 2).broadcast_to([TILE, 2, 4]), [TILE, 8]), word_l,
                            assert_trivial=True)
     t1 = gl.convert_layout(gl.reshape(gl.expand_dims(t1, 2).broadcast_to([TILE, 2, 4]), [TILE, 8]), word_l,
@@ -112,7 +121,7 @@ def _decode_chunk(codes, scale, r):
     """Chunk ``(codes, scale)`` of a tile (``mxfp4.load_chunk``) with token exponents ``r``
     (``token_exponents``): ``(keys, words)``, the f16 values (TILE, 64) in stored column order and
     their e4m3 bytes as (TILE, 16) int32 words in ``chunk_word_layout(4)`` (row t's 64 bytes)."""
-    t0, t1 = chunk_tables(scale, r)
+    t0, t1 = chunk_tables(scale, r, F16_BASE0, F16_BASE1, F16_STEP0, F16_STEP1, F16_MAX_SHIFT)
     x0, x1, x2, x3, x4, x5, x6, x7, lo, hi = gl.inline_asm_elementwise(
         DECODE_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r", [codes, t0, t1],
         dtype=(gl.float16, ) * 8 + (gl.int32, gl.int32), is_pure=True, pack=2)

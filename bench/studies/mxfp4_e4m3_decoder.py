@@ -1,20 +1,23 @@
-"""MXFP4 codes to e4m3 bytes with one exponent per token: the decoder of design step 103, checked
-bit-exactly on the CPU.
+"""MXFP4 codes to e4m3 bytes with one exponent per token: the decoders of design steps 103-104,
+checked bit-exactly on the CPU.
 
 Step 97's key operand (``mxfp4_token_exponent.py``) is ``K'[t, d] = e4m3(c[t, d] * 2**-D)`` with
 ``D = r(t) - s(t, b)`` >= 0 the binades between the token's largest block exponent and the block's.
 A code's three magnitude bits are a byte-permute selector, so one ``prmt`` looks up four e4m3
-magnitudes at once in an 8-entry table of two words; the table depends only on ``D`` (the 8 E2M1
-magnitudes times ``2**-D``, rounded to e4m3, nearest even, as the emulation's cast rounds them), so
-a kernel keeps ``TABLES`` (16 x 8 bytes; ``D`` clamped to 15, where every entry is already zero)
-in shared memory and reads one 8-byte entry per token and block. The sign bits go into bit 7 of
-each byte as the bf16 decoder puts them into bit 15 (a byte permute of ``(word << 4, word)`` and
-one ``lop3``). Nine instructions per 8 codes, against 19 for the shipped bf16 decoder, and no
-multiply: the block scale is in the table.
+magnitudes at once in an 8-entry table of two words; the table depends only on ``D`` (``tables()``:
+the 8 E2M1 magnitudes times ``2**-D``, rounded to e4m3, nearest even, as the emulation's cast
+rounds them). The sign bits go into bit 7 of each byte as the bf16 decoder puts them into bit 15
+(a byte permute of ``(word << 4, word)`` and one ``lop3``): ``MXFP4_TO_E4M3``, nine instructions
+per 8 codes, no multiply. Gluon on triton 3.6 cannot gather from shared memory, so a kernel makes
+its tables by arithmetic: ``arithmetic_tables``, exact to ``ARITHMETIC_SHIFTS`` binades only (the
+e4m3 subnormals break the pattern), which ``MXFP4_TO_E4M3_F16X2`` (the same, then exact f16 of the
+bytes) and step 104's variant use as a lower bound. The exact form decodes to f16 first (its
+tables by arithmetic are exact to ``F16_SHIFTS`` binades) and rounds to e4m3 in hardware:
+``MXFP4_TO_F16X2_E4M3``.
 
-``PYTHONPATH=src:tests python bench/studies/mxfp4_e4m3_decoder.py``: runs ``check`` in the PTX
+``PYTHONPATH=src:tests python bench/studies/mxfp4_e4m3_decoder.py``: runs the checks in the PTX
 subset interpreter of the test suite (every code byte in every byte position, every ``D`` from 0 to
-20 with ``D`` clamped as a kernel would) and prints the instruction count.
+20) and prints the instruction counts and the tables.
 """
 
 from __future__ import annotations
@@ -94,6 +97,45 @@ MXFP4_TO_E4M3_F16X2 = ("{\n.reg .b32 sel, c4, sg, mag;\n.reg .b16 h0, h1;"
                        + _with_f16("$13", "$15", "$17", "$9", "$11", ("$4", "$5", "$6", "$7")) + "}")
 
 
+#: The exact form for a kernel: codes to f16 by one table lookup per four values (the f16 of an
+#: E2M1 magnitude has a zero low byte, and ``2**-D`` takes ``4 D`` off its high byte while it stays
+#: normal: ``D <= F16_SHIFTS``, 0.5 * 2**-13 = 2**-14), then the e4m3 bytes by the hardware's
+#: rounding of those exact values. Beyond F16_SHIFTS the tables are zeros: such a block's e4m3
+#: bytes are zeros anyway (6 * 2**-14 rounds to 0), and its f16 keys lie below 2**-11 of the
+#: token's largest.
+F16_BASE = (0x3E3C3800, 0x46444240)
+F16_STEP = (0x04040400, 0x04040404)
+F16_SHIFTS = 13
+
+
+def f16_tables(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The f16 high-byte table words for shifts ``d``, zeros beyond F16_SHIFTS."""
+    d = np.asarray(d, dtype=np.uint64)
+    live = d <= F16_SHIFTS
+    return tuple(np.where(live, (np.uint64(b) - d * np.uint64(st)) & np.uint64(0xFFFFFFFF), np.uint64(0))
+                 for b, st in zip(F16_BASE, F16_STEP))
+
+
+def _f16_word(word: str, t0: str, t1: str, lo: str, hi: str, f16: tuple[str, str, str, str]) -> str:
+    """One code word to four f16x2 registers (byte k's two values in ``f16[k]``) and their e4m3
+    bytes (values 0..3 in ``lo``, 4..7 in ``hi``)."""
+    half = ("prmt.b32 sg, c4, W, SIGNS;\nprmt.b32 hi4, T0, T1, sel;\nlop3.b32 hi4, hi4, sg, 0x80808080, 0xF8;\n"
+            "prmt.b32 FIRST, z, hi4, 0x5140;\nprmt.b32 SECOND, z, hi4, 0x7362;\n").replace("W", word)
+    half = half.replace("T0", t0).replace("T1", t1)
+    return (f"and.b32 sel, {word}, 0x77777777;\nshl.b32 c4, {word}, 4;\n"
+            + half.replace("SIGNS", "0x5140").replace("FIRST", f16[0]).replace("SECOND", f16[1])
+            + "shr.b32 sel, sel, 16;\n"
+            + half.replace("SIGNS", "0x7362").replace("FIRST", f16[2]).replace("SECOND", f16[3])
+            + "".join(f"cvt.rn.satfinite.e4m3x2.f16x2 {e}, {x};\n" for e, x in zip(("e0", "e1", "e2", "e3"), f16))
+            + f"mov.b32 {lo}, {{e0, e1}};\nmov.b32 {hi}, {{e2, e3}};\n")
+
+
+#: The exact decoder in ``MXFP4_TO_E4M3_F16X2``'s operands (``$14 .. $17``: ``f16_tables`` words).
+MXFP4_TO_F16X2_E4M3 = ("{\n.reg .b32 sel, c4, sg, hi4, z;\n.reg .b16 e0, e1, e2, e3;\nmov.b32 z, 0;\n"
+                       + _f16_word("$12", "$14", "$16", "$8", "$10", ("$0", "$1", "$2", "$3"))
+                       + _f16_word("$13", "$15", "$17", "$9", "$11", ("$4", "$5", "$6", "$7")) + "}")
+
+
 def instructions(asm: str = MXFP4_TO_E4M3) -> int:
     """PTX instructions of ``asm`` (declarations and braces not counted)."""
     body = [s.strip() for s in asm.replace("{", ";").replace("}", ";").split(";")]
@@ -159,7 +201,41 @@ def check_with_f16(seed: int = 1) -> int:
     return 16 * n
 
 
+def check_exact(seed: int = 2) -> int:
+    """``MXFP4_TO_F16X2_E4M3`` on random word pairs and every shift 0..20 (tables from
+    ``f16_tables``): each f16 is the E2M1 value times ``2**-D`` exactly for ``D <= F16_SHIFTS`` and
+    zero beyond, and the e4m3 words equal ``MXFP4_TO_E4M3``'s with the exact ``tables()``. Returns
+    the values checked."""
+    import ptx_subset
+
+    rng = np.random.default_rng(seed)
+    n = 1 << 14
+    words = rng.integers(0, 1 << 32, size=(2, n), dtype=np.uint64)
+    shift = rng.integers(0, 21, size=(2, n))
+    rows = [f16_tables(shift[i]) for i in range(2)]
+    inputs = {12: words[0], 13: words[1], 14: rows[0][0], 15: rows[1][0], 16: rows[0][1], 17: rows[1][1]}
+    got = ptx_subset.run(MXFP4_TO_F16X2_E4M3, inputs, 12)
+    exact = tables()
+    for i in range(2):
+        t = exact[np.minimum(shift[i], MAX_SHIFT)]
+        lo, hi = ptx_subset.run(MXFP4_TO_E4M3, {2: words[i], 3: t[:, 0], 4: t[:, 1]}, 2)
+        assert np.array_equal(got[8 + i], lo) and np.array_equal(got[10 + i], hi), f"e4m3 words of word {i}"
+        scale = torch.from_numpy(np.where(shift[i] <= F16_SHIFTS, np.exp2(-shift[i].astype(np.float64)), 0.0))
+        for v in range(8):
+            code = torch.from_numpy(((words[i] >> np.uint64(4 * v)) & np.uint64(0xF)).astype(np.int64))
+            value = e2m1_decode(code).double() * scale
+            # Zero codes and flushed blocks keep the code's sign (-0.0 for a negative code).
+            want = torch.where(value == 0, torch.copysign(torch.zeros_like(value), e2m1_decode(code).double()), value)
+            want = want.to(torch.float16).view(torch.int16).numpy().astype(np.uint64) & np.uint64(0xFFFF)
+            half = (got[4 * i + v // 2] >> np.uint64(16 * (v % 2))) & np.uint64(0xFFFF)
+            assert np.array_equal(half, want), f"word {i} value {v}"
+    return 16 * n
+
+
 def main() -> int:
+    e = check_exact()
+    print(f"MXFP4_TO_F16X2_E4M3: {instructions(MXFP4_TO_F16X2_E4M3)} instructions per 16 codes; {e} values checked "
+          f"(f16 exact to D = {F16_SHIFTS}, e4m3 equal to the exact tables' for D = 0..20)")
     n = check()
     m = check_with_f16()
     print(f"MXFP4_TO_E4M3_F16X2: {instructions(MXFP4_TO_E4M3_F16X2)} instructions per 16 codes; {m} values checked "
