@@ -1,9 +1,9 @@
-"""MXFP4 on e4m3 tensor-core operands throughout (design log step 104): ``hopper_mxe4_variant.py``
-without its f16 conversions, for ``hopper_variants.py``.
+"""MXFP4 on e4m3 tensor-core operands throughout (design log step 104): ``hopper_mxe4_variant.py``'s
+dataflow without f16 products, for ``hopper_variants.py``.
 
-``hopper_mxe4_variant`` decodes each block's codes to e4m3 bytes (one exponent per token) and then
-converts every byte to f16 twice over: for the score product (144 conversions per thread and
-tile) and, from the e4m3 value tile, for the value product (128). Here both products take the e4m3
+``hopper_mxe4_variant`` takes f16 keys for the score product and converts the e4m3 value tile back
+to f16 for the value product (128 conversions per thread and tile). Here the codes decode to e4m3
+bytes (one exponent per token, ``mxfp4_e4m3_decoder.MXFP4_TO_E4M3``) and both products take those
 bytes themselves (``wgmma ... .e4m3.e4m3``, A from registers):
 
 - Scores: the key bytes go into the A operand as they are decoded (a register renaming: no data
@@ -22,7 +22,9 @@ bytes themselves (``wgmma ... .e4m3.e4m3``, A from registers):
 
 Accuracy of that arithmetic: ``mxfp4_token_exponent.py`` ('two e4m3'), 4.6e-4 on the benchmark's
 inputs with float32 accumulation; Hopper's e4m3 products accumulate more narrowly, which only the
-GPU shows. A lower bound as ``hopper_mxe4_variant`` is (arithmetic tables, exact to 5 binades).
+GPU shows. A lower bound of the design: its e4m3 tables come from arithmetic, exact to 5
+binades (``mxfp4_e4m3_decoder.arithmetic_tables``; blocks further below decode to zeros, which misses
+the bar on caches whose blocks spread over 8 binades), where an exact form needs more instructions.
 
 ``PYTHONPATH=src:bench/studies:tests python bench/studies/hopper_mxe4x_variant.py --compile``;
 on the H200, ``hopper_variants.py OUT bench/studies/hopper_mxe4x_variant.py``.
