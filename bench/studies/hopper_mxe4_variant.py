@@ -50,10 +50,11 @@ from mixmla.kernels.gluon.decode_tma import PAIR_COLUMNS, _value_products
 from mixmla.kernels.gluon.layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, p_layout, q_layout,
                                           score_layout, staged_chunks_layout, to_key_operand)
 
-from mxfp4_e4m3_decoder import (ARITHMETIC_BASE, ARITHMETIC_SHIFTS, ARITHMETIC_STEP, F16_BASE, F16_SHIFTS, F16_STEP,
-                                MXFP4_TO_F16X2_E4M3)
+from mxfp4_e4m3_decoder import (ARITHMETIC_BASE, ARITHMETIC_SHIFTS, ARITHMETIC_STEP, E4M3_TABLES_FROM_F16, F16_BASE,
+                                F16_SHIFTS, F16_STEP, MXFP4_TO_F16X2_E4M3)
 
 DECODE_ASM = gl.constexpr(MXFP4_TO_F16X2_E4M3)
+TABLES_ASM = gl.constexpr(E4M3_TABLES_FROM_F16)
 #: e4m3 table words by arithmetic (``mxfp4_e4m3_decoder.arithmetic_tables``, exact to 5 binades):
 #: ``chunk_tables``'s default, for ``hopper_mxe4x_variant``.
 BASE0 = gl.constexpr(ARITHMETIC_BASE[0])
@@ -99,16 +100,20 @@ def tile_max_pair(s, sr, red_smem, ROWS: gl.constexpr):
 
 @gluon.jit
 def chunk_tables(scale, r, B0: gl.constexpr = BASE0, B1: gl.constexpr = BASE1, S0: gl.constexpr = STEP0,
-                 S1: gl.constexpr = STEP1, LAST: gl.constexpr = MAX_SHIFT):
+                 S1: gl.constexpr = STEP1, LAST: gl.constexpr = MAX_SHIFT, TO_E4M3: gl.constexpr = False):
     """The decode tables (two (TILE, 8) int32 words per code word, ``chunk_word_layout(2)``) of a
     chunk's block scales ``scale`` (``mxfp4.load_chunk``) under token exponents ``r``
     (``token_exponents``): ``B - D * S`` for ``D = r - scale`` up to LAST, zeros beyond (default:
-    ``mxfp4_e4m3_decoder.arithmetic_tables``)."""
+    ``mxfp4_e4m3_decoder.arithmetic_tables``); with TO_E4M3, f16 tables made into exact e4m3 ones
+    (``mxfp4_e4m3_decoder.E4M3_TABLES_FROM_F16``), once per token and block."""
     word_l: gl.constexpr = chunk_word_layout(2)
     d = gl.expand_dims(r, 1) - scale
     live = d <= LAST
     t0 = gl.where(live, B0 - d * S0, 0)
     t1 = gl.where(live, B1 - d * S1, 0)
+    if TO_E4M3:
+        t0, t1 = gl.inline_asm_elementwise(TABLES_ASM, "=r,=r,r,r", [t0, t1], dtype=(gl.int32, gl.int32),
+                                           is_pure=True, pack=1)
     t0 = gl.convert_layout(gl.reshape(gl.expand_dims(t0, 2).broadcast_to([TILE, 2, 4]), [TILE, 8]), word_l,
                            assert_trivial=True)
     t1 = gl.convert_layout(gl.reshape(gl.expand_dims(t1, 2).broadcast_to([TILE, 2, 4]), [TILE, 8]), word_l,

@@ -22,9 +22,9 @@ bytes themselves (``wgmma ... .e4m3.e4m3``, A from registers):
 
 Accuracy of that arithmetic: ``mxfp4_token_exponent.py`` ('two e4m3'), 4.6e-4 on the benchmark's
 inputs with float32 accumulation; Hopper's e4m3 products accumulate more narrowly, which only the
-GPU shows. A lower bound of the design: its e4m3 tables come from arithmetic, exact to 5
-binades (``mxfp4_e4m3_decoder.arithmetic_tables``; blocks further below decode to zeros, which misses
-the bar on caches whose blocks spread over 8 binades), where an exact form needs more instructions.
+GPU shows. The e4m3 tables are exact to 13 binades (each token and block's f16 table by
+arithmetic, rounded to e4m3 by the hardware: ``mxfp4_e4m3_decoder.E4M3_TABLES_FROM_F16``); beyond
+that the table is zeros, as the exact one is.
 
 ``PYTHONPATH=src:bench/studies:tests python bench/studies/hopper_mxe4x_variant.py --compile``;
 on the H200, ``hopper_variants.py OUT bench/studies/hopper_mxe4x_variant.py``.
@@ -45,7 +45,8 @@ from mixmla.kernels.gluon.decode_tma import PAIR_COLUMNS, _value_columns
 from mixmla.kernels.gluon.layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, key_operand_layout,
                                           score_layout, staged_chunks_layout)
 
-from hopper_mxe4_variant import chunk_tables, tile_max_pair, token_exponents
+from hopper_mxe4_variant import (F16_BASE0, F16_BASE1, F16_MAX_SHIFT, F16_STEP0, F16_STEP1, chunk_tables,
+                                 tile_max_pair, token_exponents)
 from mxfp4_e4m3_decoder import MXFP4_TO_E4M3
 
 FORMATS = ("mxfp4", )
@@ -114,7 +115,7 @@ def _token_order(x):
 def _decode_chunk(codes, scale, r, ROWS: gl.constexpr):
     """``(keys, words)``: the chunk's e4m3 key operand (TILE, 64) (8-bit operand order) and its bytes
     as (TILE, 16) int32 words in stored order (``chunk_word_layout(4)``)."""
-    t0, t1 = chunk_tables(scale, r)
+    t0, t1 = chunk_tables(scale, r, F16_BASE0, F16_BASE1, F16_STEP0, F16_STEP1, F16_MAX_SHIFT, True)
     lo, hi = gl.inline_asm_elementwise(WORDS_ASM, "=r,=r,r,r,r", [codes, t0, t1], dtype=(gl.int32, gl.int32),
                                        is_pure=True, pack=1)
     words = gl.convert_layout(gl.reshape(gl.join(lo, hi), [TILE, 16]), chunk_word_layout(4), assert_trivial=True)

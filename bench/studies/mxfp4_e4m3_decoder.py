@@ -11,9 +11,9 @@ rounds them). The sign bits go into bit 7 of each byte as the bf16 decoder puts 
 per 8 codes, no multiply. Gluon on triton 3.6 cannot gather from shared memory, so a kernel makes
 its tables by arithmetic: ``arithmetic_tables``, exact to ``ARITHMETIC_SHIFTS`` binades only (the
 e4m3 subnormals break the pattern), which ``MXFP4_TO_E4M3_F16X2`` (the same, then exact f16 of the
-bytes) and step 104's variant use as a lower bound. The exact form decodes to f16 first (its
-tables by arithmetic are exact to ``F16_SHIFTS`` binades) and rounds to e4m3 in hardware:
-``MXFP4_TO_F16X2_E4M3``.
+bytes) uses. The exact forms go through f16, whose tables by arithmetic are exact to
+``F16_SHIFTS`` binades: ``MXFP4_TO_F16X2_E4M3`` decodes to f16 and rounds to e4m3 in hardware,
+``E4M3_TABLES_FROM_F16`` makes the exact e4m3 tables from the f16 ones the same way.
 
 ``PYTHONPATH=src:tests python bench/studies/mxfp4_e4m3_decoder.py``: runs the checks in the PTX
 subset interpreter of the test suite (every code byte in every byte position, every ``D`` from 0 to
@@ -136,6 +136,42 @@ MXFP4_TO_F16X2_E4M3 = ("{\n.reg .b32 sel, c4, sg, hi4, z;\n.reg .b16 e0, e1, e2,
                        + _f16_word("$13", "$15", "$17", "$9", "$11", ("$4", "$5", "$6", "$7")) + "}")
 
 
+#: ``$0, $1`` <- the exact e4m3 table words (``tables()[D]``) from the f16 ones ``$2 $3``
+#: (``f16_tables``): the eight f16 magnitudes (high bytes over zero low bytes) rounded by the
+#: hardware. Exact to F16_SHIFTS; zeros beyond, as ``tables()`` is from 13 on. Constraints
+#: ``"=r,=r,r,r"``.
+E4M3_TABLES_FROM_F16 = """
+{
+.reg .b32 z, m;
+.reg .b16 e0, e1, e2, e3;
+mov.b32 z, 0;
+prmt.b32 m, z, $2, 0x5140;
+cvt.rn.satfinite.e4m3x2.f16x2 e0, m;
+prmt.b32 m, z, $2, 0x7362;
+cvt.rn.satfinite.e4m3x2.f16x2 e1, m;
+prmt.b32 m, z, $3, 0x5140;
+cvt.rn.satfinite.e4m3x2.f16x2 e2, m;
+prmt.b32 m, z, $3, 0x7362;
+cvt.rn.satfinite.e4m3x2.f16x2 e3, m;
+mov.b32 $0, {e0, e1};
+mov.b32 $1, {e2, e3};
+}
+"""
+
+
+def check_tables_from_f16() -> int:
+    """``E4M3_TABLES_FROM_F16`` of ``f16_tables(D)`` equals ``tables()[D]`` for every D in 0..20
+    (clamped to MAX_SHIFT on the exact side, where both are zeros). Returns the shifts checked."""
+    import ptx_subset
+
+    d = np.arange(21)
+    t0, t1 = f16_tables(d)
+    got = ptx_subset.run(E4M3_TABLES_FROM_F16, {2: t0, 3: t1}, 2)
+    want = tables()[np.minimum(d, MAX_SHIFT)]
+    assert np.array_equal(got[0], want[:, 0]) and np.array_equal(got[1], want[:, 1]), (got, want)
+    return d.size
+
+
 def instructions(asm: str = MXFP4_TO_E4M3) -> int:
     """PTX instructions of ``asm`` (declarations and braces not counted)."""
     body = [s.strip() for s in asm.replace("{", ";").replace("}", ";").split(";")]
@@ -233,6 +269,9 @@ def check_exact(seed: int = 2) -> int:
 
 
 def main() -> int:
+    k = check_tables_from_f16()
+    print(f"E4M3_TABLES_FROM_F16: {instructions(E4M3_TABLES_FROM_F16)} instructions per table; equal to tables() "
+          f"for {k} shifts")
     e = check_exact()
     print(f"MXFP4_TO_F16X2_E4M3: {instructions(MXFP4_TO_F16X2_E4M3)} instructions per 16 codes; {e} values checked "
           f"(f16 exact to D = {F16_SHIFTS}, e4m3 equal to the exact tables' for D = 0..20)")
