@@ -325,5 +325,5 @@ if __name__ == "__main__":
         from hopper_variants import print_compile_facts
 
         print_compile_facts(__file__, [(FMT_MXFP4.value, 0), (FMT_MXFP4.value, 1)],
-                            ops=("PRMT", "F2FP", "LOP3", "IMAD", "QGMMA", "LDSM", "STS", "LDG", "BAR", "SHFL", "F2I", "LDL", "STL",
-                                 "I2F", "MOV"))
+                            ops=("PRMT", "F2FP", "LOP3", "IMAD", "QGMMA", "LDSM", "STS", "LDG", "BAR", "SHFL", "F2I",
+                                 "I2F", "MOV", "LDL", "STL"))

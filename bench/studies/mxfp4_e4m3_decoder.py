@@ -54,7 +54,8 @@ ARITHMETIC_SHIFTS = 5
 def arithmetic_tables(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The two table words for shifts ``d`` (0 .. ARITHMETIC_SHIFTS) as ``base - d * step``."""
     d = np.asarray(d, dtype=np.uint64)
-    return tuple((np.uint64(b) - d * np.uint64(st)) & np.uint64(0xFFFFFFFF) for b, st in zip(ARITHMETIC_BASE, ARITHMETIC_STEP))
+    return tuple((np.uint64(b) - d * np.uint64(st)) & np.uint64(0xFFFFFFFF)
+                 for b, st in zip(ARITHMETIC_BASE, ARITHMETIC_STEP))
 
 
 #: ``$0, $1`` <- the e4m3 bytes of the 8 E2M1 codes of ``$2`` (byte k of the word: codes 2k (low

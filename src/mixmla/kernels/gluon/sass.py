@@ -74,11 +74,11 @@ def tile_loops(instructions: list[tuple[int, str]]) -> list[tuple[int, int]]:
     one already taken: a kernel's tile loops (one per warpgroup's code in a warp-specialized
     kernel). Overlap, not nesting: ptxas may lay out an outer loop's backward branch so that its
     range starts inside an inner loop."""
-    def hgmma(loop):
+    def mmas(loop):
         return sum(_is_mma(t) for _, t in instructions[loop[0]:loop[1] + 1])
 
     taken = []
-    for lp in sorted((lp for lp in _loops(instructions) if hgmma(lp)), key=lambda lp: lp[1] - lp[0]):
+    for lp in sorted((lp for lp in _loops(instructions) if mmas(lp)), key=lambda lp: lp[1] - lp[0]):
         if not any(lp[0] <= o[1] and o[0] <= lp[1] for o in taken):
             taken.append(lp)
     return sorted(taken)
