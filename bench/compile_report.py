@@ -9,6 +9,7 @@ argument lists with the launcher's own code and specializes them as Triton's dis
         [--lse] [--fnuz] [--page 1 [--gather window|token]] [--config block_t=32,num_stages=2] [--loop]
         [--dump DIR]
     PYTHONPATH=src python3 bench/compile_report.py --all DIR        # every default configuration
+    PYTHONPATH=src python3 bench/compile_report.py --gluon-all DIR  # every shipped Hopper (Gluon) kernel
     PYTHONPATH=src python3 bench/compile_report.py --compare BEFORE AFTER
 
 ``--loop`` prints the token loop's instructions per iteration (per warp) and the most frequent
@@ -121,6 +122,60 @@ def write_all(out_dir: str) -> None:
         json.dump({"index": index, "kernels": kernels}, f, indent=1)
 
 
+def _hopper_loop(sass: str) -> list[str]:
+    """A Hopper (Gluon) kernel's tile loop (``sass.hot_loop``: the loop with the most matrix
+    instructions; ``loop_body`` finds the Triton kernels' token loop)."""
+    from mixmla.kernels.gluon import sass as gsass
+    return gsass.hot_loop(instructions(sass))
+
+
+def _gluon_job(job):
+    """One shipped Hopper (Gluon) kernel's case name, SASS text and resources (``write_all_gluon``)."""
+    import subprocess
+    import tempfile
+
+    from mixmla.kernels.gluon import sass as gsass
+    from mixmla.kernels.gluon.compile import compile_decode
+
+    spec, staged = job
+    k = compile_decode(spec, staged)
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(k.asm["cubin"])
+    try:
+        text = subprocess.run([gsass._bin("cuobjdump"), "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
+    finally:
+        os.unlink(f.name)
+    facts = gsass.kernel_facts(k)
+    case = "/".join(f"{n}={v}" for n, v in spec.constexprs().items()) + ("/staged" if staged else "")
+    name = "mla_decode_hopper_tma_kernel" if staged else "mla_decode_hopper_kernel"
+    return case, name, text, dict(registers=facts.registers, stack=facts.spill_bytes, shared_dynamic=facts.shared)
+
+
+def write_all_gluon(out_dir: str) -> None:
+    """``write_all`` for every Hopper (Gluon) kernel the library can launch (``launch.shipped_kernels``),
+    in the same format, so that ``--compare`` takes two such folders."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from mixmla.kernels.gluon.launch import shipped_kernels
+
+    os.makedirs(out_dir, exist_ok=True)
+    index, kernels = {}, {}
+    with ProcessPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1)),
+                             mp_context=multiprocessing.get_context("fork")) as pool:
+        for case, name, text, res in pool.map(_gluon_job, shipped_kernels()):
+            key = f"{name}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+            if key not in kernels:
+                with open(os.path.join(out_dir, key + ".sass"), "w") as f:
+                    f.write(text)
+                kernels[key] = res
+            index[case] = [key]
+            print(f"{case} {key}", flush=True)
+    with open(os.path.join(out_dir, "index.json"), "w") as f:
+        json.dump({"index": index, "kernels": kernels}, f, indent=1)
+
+
 def compare(before: str, after: str) -> int:
     """Print the comparison of two ``--all`` folders; returns the number of kernels that differ."""
     load = lambda d: json.load(open(os.path.join(d, "index.json")))  # noqa: E731
@@ -131,7 +186,8 @@ def compare(before: str, after: str) -> int:
         for nb, na in zip(names_b, names_a):
             sb = open(os.path.join(before, nb + ".sass")).read()
             sa = open(os.path.join(after, na + ".sass")).read()
-            lb, la = loop_body(sb), loop_body(sa)
+            body = _hopper_loop if nb.startswith("mla_decode_hopper") else loop_body
+            lb, la = body(sb), body(sa)
             if [t for _, t in instructions(sb)] == [t for _, t in instructions(sa)]:
                 kind = "identical"
             elif _anonymous(lb) == _anonymous(la):
@@ -166,12 +222,16 @@ def main():
     ap.add_argument("--loop", action="store_true", help="print the token loop's SASS instruction counts")
     ap.add_argument("--dump", metavar="DIR", help="write each kernel's TTGIR, PTX, cubin and SASS")
     ap.add_argument("--all", metavar="DIR", help="every default configuration's SASS into DIR")
-    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two --all folders")
+    ap.add_argument("--gluon-all", metavar="DIR", help="every shipped Hopper (Gluon) kernel's SASS into DIR")
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two --all or --gluon-all folders")
     a = ap.parse_args()
     if a.compare:
         return 1 if compare(*a.compare) else 0
     if a.all:
         write_all(a.all)
+        return 0
+    if a.gluon_all:
+        write_all_gluon(a.gluon_all)
         return 0
     for fmt in a.fmt.split(","):
         t = time.time()
