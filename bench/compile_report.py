@@ -99,6 +99,21 @@ def compile_shape(fmt, heads, lq, direct, lse=False, fnuz=False, config=None, pa
     return [(launch.kernel.fn.__name__, tc.compile_launch(launch)) for launch in launches]
 
 
+def _sass_and_resources(k) -> tuple[str, dict]:
+    """A compiled kernel's SASS text and resources as ``--all`` folders keep them."""
+    return tc.sass(k), dict(tc.resources(k), shared_dynamic=k.metadata.shared)
+
+
+def _record(out_dir: str, kernels: dict, name: str, text: str, resources: dict) -> str:
+    """Writes a kernel's SASS into ``out_dir`` once per distinct text and returns its key."""
+    key = f"{name}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+    if key not in kernels:
+        with open(os.path.join(out_dir, key + ".sass"), "w") as f:
+            f.write(text)
+        kernels[key] = resources
+    return key
+
+
 def write_all(out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     index, kernels = {}, {}
@@ -107,17 +122,9 @@ def write_all(out_dir: str) -> None:
         case = "/".join([fmt + ("-fnuz" if fnuz else ""), f"H{heads}", f"Lq{lq}", "direct" if direct else "split",
                          "lse" if lse else "nolse"])
         t = time.time()
-        names = []
-        for name, k in compile_shape(fmt, heads, lq, direct, lse, fnuz):
-            text = tc.sass(k)
-            key = f"{name}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
-            if key not in kernels:
-                with open(os.path.join(out_dir, key + ".sass"), "w") as f:
-                    f.write(text)
-                kernels[key] = dict(tc.resources(k), shared_dynamic=k.metadata.shared)
-            names.append(key)
-        index[case] = names
-        print(f"{case:36s} {' '.join(names)} ({time.time() - t:.0f}s)", flush=True)
+        index[case] = [_record(out_dir, kernels, name, *_sass_and_resources(k))
+                       for name, k in compile_shape(fmt, heads, lq, direct, lse, fnuz)]
+        print(f"{case:36s} {' '.join(index[case])} ({time.time() - t:.0f}s)", flush=True)
     with open(os.path.join(out_dir, "index.json"), "w") as f:
         json.dump({"index": index, "kernels": kernels}, f, indent=1)
 
@@ -130,26 +137,13 @@ def _hopper_loop(sass: str) -> list[str]:
 
 
 def _gluon_job(job):
-    """One shipped Hopper (Gluon) kernel's case name, SASS text and resources (``write_all_gluon``)."""
-    import subprocess
-    import tempfile
-
-    from mixmla.kernels.gluon import sass as gsass
+    """One shipped Hopper (Gluon) kernel's case name, kernel name, SASS text and resources."""
     from mixmla.kernels.gluon.compile import compile_decode
 
     spec, staged = job
-    k = compile_decode(spec, staged)
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(k.asm["cubin"])
-    try:
-        text = subprocess.run([gsass._bin("cuobjdump"), "-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout
-    finally:
-        os.unlink(f.name)
-    facts = gsass.kernel_facts(k)
     case = "/".join(f"{n}={v}" for n, v in spec.constexprs().items()) + ("/staged" if staged else "")
     name = "mla_decode_hopper_tma_kernel" if staged else "mla_decode_hopper_kernel"
-    return case, name, text, dict(registers=facts.registers, stack=facts.spill_bytes, shared_dynamic=facts.shared)
+    return (case, name) + _sass_and_resources(compile_decode(spec, staged))
 
 
 def write_all_gluon(out_dir: str) -> None:
@@ -165,13 +159,8 @@ def write_all_gluon(out_dir: str) -> None:
     with ProcessPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1)),
                              mp_context=multiprocessing.get_context("fork")) as pool:
         for case, name, text, res in pool.map(_gluon_job, shipped_kernels()):
-            key = f"{name}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
-            if key not in kernels:
-                with open(os.path.join(out_dir, key + ".sass"), "w") as f:
-                    f.write(text)
-                kernels[key] = res
-            index[case] = [key]
-            print(f"{case} {key}", flush=True)
+            index[case] = [_record(out_dir, kernels, name, text, res)]
+            print(f"{case} {index[case][0]}", flush=True)
     with open(os.path.join(out_dir, "index.json"), "w") as f:
         json.dump({"index": index, "kernels": kernels}, f, indent=1)
 
