@@ -50,19 +50,11 @@ from mixmla.kernels.gluon.decode_tma import PAIR_COLUMNS, _value_products
 from mixmla.kernels.gluon.layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, p_layout, q_layout,
                                           score_layout, staged_chunks_layout, to_key_operand)
 
-from mxfp4_e4m3_decoder import (ARITHMETIC_BASE, ARITHMETIC_SHIFTS, ARITHMETIC_STEP, E4M3_TABLES_FROM_F16, F16_BASE,
-                                F16_SHIFTS, F16_STEP, MXFP4_TO_F16X2_E4M3)
+from mxfp4_e4m3_decoder import E4M3_TABLES_FROM_F16, F16_BASE, F16_SHIFTS, F16_STEP, MXFP4_TO_F16X2_E4M3
 
 DECODE_ASM = gl.constexpr(MXFP4_TO_F16X2_E4M3)
 TABLES_ASM = gl.constexpr(E4M3_TABLES_FROM_F16)
-#: e4m3 table words by arithmetic (``mxfp4_e4m3_decoder.arithmetic_tables``, exact to 5 binades):
-#: ``chunk_tables``'s default, for ``hopper_mxe4x_variant``.
-BASE0 = gl.constexpr(ARITHMETIC_BASE[0])
-BASE1 = gl.constexpr(ARITHMETIC_BASE[1])
-STEP0 = gl.constexpr(ARITHMETIC_STEP[0])
-STEP1 = gl.constexpr(ARITHMETIC_STEP[1])
-MAX_SHIFT = gl.constexpr(ARITHMETIC_SHIFTS)
-#: f16 table words (``mxfp4_e4m3_decoder.f16_tables``, exact to 13 binades): this variant's.
+#: f16 table words (``mxfp4_e4m3_decoder.f16_tables``, exact to 13 binades).
 F16_BASE0 = gl.constexpr(F16_BASE[0])
 F16_BASE1 = gl.constexpr(F16_BASE[1])
 F16_STEP0 = gl.constexpr(F16_STEP[0])
@@ -99,18 +91,17 @@ def tile_max_pair(s, sr, red_smem, ROWS: gl.constexpr):
 
 
 @gluon.jit
-def chunk_tables(scale, r, B0: gl.constexpr = BASE0, B1: gl.constexpr = BASE1, S0: gl.constexpr = STEP0,
-                 S1: gl.constexpr = STEP1, LAST: gl.constexpr = MAX_SHIFT, TO_E4M3: gl.constexpr = False):
+def chunk_tables(scale, r, TO_E4M3: gl.constexpr):
     """The decode tables (two (TILE, 8) int32 words per code word, ``chunk_word_layout(2)``) of a
     chunk's block scales ``scale`` (``mxfp4.load_chunk``) under token exponents ``r``
-    (``token_exponents``): ``B - D * S`` for ``D = r - scale`` up to LAST, zeros beyond (default:
-    ``mxfp4_e4m3_decoder.arithmetic_tables``); with TO_E4M3, f16 tables made into exact e4m3 ones
-    (``mxfp4_e4m3_decoder.E4M3_TABLES_FROM_F16``), once per token and block."""
+    (``token_exponents``): ``mxfp4_e4m3_decoder.f16_tables`` of ``D = r - scale``; with TO_E4M3,
+    made into the exact e4m3 ones (``mxfp4_e4m3_decoder.E4M3_TABLES_FROM_F16``), once per token
+    and block."""
     word_l: gl.constexpr = chunk_word_layout(2)
     d = gl.expand_dims(r, 1) - scale
-    live = d <= LAST
-    t0 = gl.where(live, B0 - d * S0, 0)
-    t1 = gl.where(live, B1 - d * S1, 0)
+    live = d <= F16_MAX_SHIFT
+    t0 = gl.where(live, F16_BASE0 - d * F16_STEP0, 0)
+    t1 = gl.where(live, F16_BASE1 - d * F16_STEP1, 0)
     if TO_E4M3:
         t0, t1 = gl.inline_asm_elementwise(TABLES_ASM, "=r,=r,r,r", [t0, t1], dtype=(gl.int32, gl.int32),
                                            is_pure=True, pack=1)
@@ -126,7 +117,7 @@ def _decode_chunk(codes, scale, r):
     """Chunk ``(codes, scale)`` of a tile (``mxfp4.load_chunk``) with token exponents ``r``
     (``token_exponents``): ``(keys, words)``, the f16 values (TILE, 64) in stored column order and
     their e4m3 bytes as (TILE, 16) int32 words in ``chunk_word_layout(4)`` (row t's 64 bytes)."""
-    t0, t1 = chunk_tables(scale, r, F16_BASE0, F16_BASE1, F16_STEP0, F16_STEP1, F16_MAX_SHIFT)
+    t0, t1 = chunk_tables(scale, r, False)
     x0, x1, x2, x3, x4, x5, x6, x7, lo, hi = gl.inline_asm_elementwise(
         DECODE_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r", [codes, t0, t1],
         dtype=(gl.float16, ) * 8 + (gl.int32, gl.int32), is_pure=True, pack=2)

@@ -45,8 +45,7 @@ from mixmla.kernels.gluon.decode_tma import PAIR_COLUMNS, _value_columns
 from mixmla.kernels.gluon.layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, key_operand_layout,
                                           score_layout, staged_chunks_layout)
 
-from hopper_mxe4_variant import (F16_BASE0, F16_BASE1, F16_MAX_SHIFT, F16_STEP0, F16_STEP1, chunk_tables,
-                                 tile_max_pair, token_exponents)
+from hopper_mxe4_variant import chunk_tables, tile_max_pair, token_exponents
 from mxfp4_e4m3_decoder import MXFP4_TO_E4M3
 
 FORMATS = ("mxfp4", )
@@ -115,7 +114,7 @@ def _token_order(x):
 def _decode_chunk(codes, scale, r, ROWS: gl.constexpr):
     """``(keys, words)``: the chunk's e4m3 key operand (TILE, 64) (8-bit operand order) and its bytes
     as (TILE, 16) int32 words in stored order (``chunk_word_layout(4)``)."""
-    t0, t1 = chunk_tables(scale, r, F16_BASE0, F16_BASE1, F16_STEP0, F16_STEP1, F16_MAX_SHIFT, True)
+    t0, t1 = chunk_tables(scale, r, True)
     lo, hi = gl.inline_asm_elementwise(WORDS_ASM, "=r,=r,r,r,r", [codes, t0, t1], dtype=(gl.int32, gl.int32),
                                        is_pure=True, pack=1)
     words = gl.convert_layout(gl.reshape(gl.join(lo, hi), [TILE, 16]), chunk_word_layout(4), assert_trivial=True)

@@ -10,8 +10,8 @@ rounds them). The sign bits go into bit 7 of each byte as the bf16 decoder puts 
 (a byte permute of ``(word << 4, word)`` and one ``lop3``): ``MXFP4_TO_E4M3``, nine instructions
 per 8 codes, no multiply. Gluon on triton 3.6 cannot gather from shared memory, so a kernel makes
 its tables by arithmetic: ``arithmetic_tables``, exact to ``ARITHMETIC_SHIFTS`` binades only (the
-e4m3 subnormals break the pattern), which ``MXFP4_TO_E4M3_F16X2`` (the same, then exact f16 of the
-bytes) uses. The exact forms go through f16, whose tables by arithmetic are exact to
+e4m3 subnormals break the pattern; design step 103's first form used them). The exact forms go
+through f16, whose tables by arithmetic are exact to
 ``F16_SHIFTS`` binades: ``MXFP4_TO_F16X2_E4M3`` decodes to f16 and rounds to e4m3 in hardware,
 ``E4M3_TABLES_FROM_F16`` makes the exact e4m3 tables from the f16 ones the same way.
 
@@ -77,27 +77,6 @@ lop3.b32 $1, mag, sg, 0x80808080, 0xF8;
 """
 
 
-def _with_f16(word: str, t0: str, t1: str, lo: str, hi: str, f16: tuple[str, str, str, str]) -> str:
-    """``MXFP4_TO_E4M3`` of code word ``word`` (tables ``t0 t1``) into ``lo hi``, then each 16-bit
-    half of those (one code byte's two values) converted exactly to f16x2 into ``f16``."""
-    body = MXFP4_TO_E4M3.replace("{\n.reg .b32 sel, c4, sg, mag;", "").rstrip().removesuffix("}")
-    body = body.replace("$0", lo).replace("$1", hi).replace("$2", word).replace("$3", t0).replace("$4", t1)
-    cvt = "".join(f"mov.b32 {{h0, h1}}, {src};\ncvt.rn.f16x2.e4m3x2 {a}, h0;\ncvt.rn.f16x2.e4m3x2 {b}, h1;\n"
-                  for src, a, b in ((lo, f16[0], f16[1]), (hi, f16[2], f16[3])))
-    return body + cvt
-
-
-#: The Hopper kernel's form (``inline_asm_elementwise`` with ``pack=2`` on two code words of one
-#: block): ``$0 .. $7`` <- one f16x2 register per byte of the code words ``$12 $13`` (low nibble in
-#: the low half), the key operand's registers as the shipped bf16 decoder gives them; ``$8 $9`` <-
-#: the e4m3 bytes of values 0..3 of each word, ``$10 $11`` of values 4..7 (the value tile's words);
-#: tables ``$14 $15`` (first word, one per code word) and ``$16 $17`` (second). Constraints 12 x
-#: ``=r`` then 6 x ``r``.
-MXFP4_TO_E4M3_F16X2 = ("{\n.reg .b32 sel, c4, sg, mag;\n.reg .b16 h0, h1;"
-                       + _with_f16("$12", "$14", "$16", "$8", "$10", ("$0", "$1", "$2", "$3"))
-                       + _with_f16("$13", "$15", "$17", "$9", "$11", ("$4", "$5", "$6", "$7")) + "}")
-
-
 #: The exact form for a kernel: codes to f16 by one table lookup per four values (the f16 of an
 #: E2M1 magnitude has a zero low byte, and ``2**-D`` takes ``4 D`` off its high byte while it stays
 #: normal: ``D <= F16_SHIFTS``, 0.5 * 2**-13 = 2**-14), then the e4m3 bytes by the hardware's
@@ -131,7 +110,12 @@ def _f16_word(word: str, t0: str, t1: str, lo: str, hi: str, f16: tuple[str, str
             + f"mov.b32 {lo}, {{e0, e1}};\nmov.b32 {hi}, {{e2, e3}};\n")
 
 
-#: The exact decoder in ``MXFP4_TO_E4M3_F16X2``'s operands (``$14 .. $17``: ``f16_tables`` words).
+#: The exact decoder, for ``inline_asm_elementwise`` with ``pack=2`` on two code words of one
+#: block: ``$0 .. $7`` <- one f16x2 register per byte of the code words ``$12 $13`` (low nibble in
+#: the low half), the key operand's registers as the shipped bf16 decoder gives them; ``$8 $9`` <-
+#: the e4m3 bytes of values 0..3 of each word, ``$10 $11`` of values 4..7 (the value tile's words);
+#: ``f16_tables`` words ``$14 $15`` (first word, one per code word) and ``$16 $17`` (second).
+#: Constraints 12 x ``=r`` then 6 x ``r``.
 MXFP4_TO_F16X2_E4M3 = ("{\n.reg .b32 sel, c4, sg, hi4, z;\n.reg .b16 e0, e1, e2, e3;\nmov.b32 z, 0;\n"
                        + _f16_word("$12", "$14", "$16", "$8", "$10", ("$0", "$1", "$2", "$3"))
                        + _f16_word("$13", "$15", "$17", "$9", "$11", ("$4", "$5", "$6", "$7")) + "}")
@@ -211,33 +195,6 @@ def check(seed: int = 0) -> int:
     return cases
 
 
-def check_with_f16(seed: int = 1) -> int:
-    """``MXFP4_TO_E4M3_F16X2`` on random word pairs and ``D`` per word: its e4m3 words equal
-    ``MXFP4_TO_E4M3``'s, and each f16x2 register is its byte's two values, converted exactly.
-    Returns the values checked."""
-    import ptx_subset
-
-    rng = np.random.default_rng(seed)
-    n = 1 << 16
-    words = rng.integers(0, 1 << 32, size=(2, n), dtype=np.uint64)
-    shift = rng.integers(0, MAX_SHIFT + 1, size=(2, n))
-    table = tables()
-    rows = [table[shift[i]] for i in range(2)]
-    inputs = {12: words[0], 13: words[1], 14: rows[0][:, 0], 15: rows[1][:, 0], 16: rows[0][:, 1], 17: rows[1][:, 1]}
-    got = ptx_subset.run(MXFP4_TO_E4M3_F16X2, inputs, 12)
-    for i in range(2):
-        lo, hi = ptx_subset.run(MXFP4_TO_E4M3, {2: words[i], 3: rows[i][:, 0], 4: rows[i][:, 1]}, 2)
-        assert np.array_equal(got[8 + i], lo) and np.array_equal(got[10 + i], hi), f"e4m3 words of word {i}"
-        for b in range(4):
-            e4 = ((lo, hi)[b // 2] >> np.uint64(16 * (b % 2))) & np.uint64(0xFFFF)
-            for h in range(2):
-                byte = torch.from_numpy(((e4 >> np.uint64(8 * h)) & np.uint64(0xFF)).astype(np.uint8))
-                want = byte.view(torch.float8_e4m3fn).to(torch.float16).view(torch.int16).numpy().astype(np.uint64)
-                f16 = (got[4 * i + b] >> np.uint64(16 * h)) & np.uint64(0xFFFF)
-                assert np.array_equal(f16, want & np.uint64(0xFFFF)), f"word {i} byte {b} half {h}"
-    return 16 * n
-
-
 def check_exact(seed: int = 2) -> int:
     """``MXFP4_TO_F16X2_E4M3`` on random word pairs and every shift 0..20 (tables from
     ``f16_tables``): each f16 is the E2M1 value times ``2**-D`` exactly for ``D <= F16_SHIFTS`` and
@@ -277,9 +234,6 @@ def main() -> int:
     print(f"MXFP4_TO_F16X2_E4M3: {instructions(MXFP4_TO_F16X2_E4M3)} instructions per 16 codes; {e} values checked "
           f"(f16 exact to D = {F16_SHIFTS}, e4m3 equal to the exact tables' for D = 0..20)")
     n = check()
-    m = check_with_f16()
-    print(f"MXFP4_TO_E4M3_F16X2: {instructions(MXFP4_TO_E4M3_F16X2)} instructions per 16 codes; {m} values checked "
-          f"against MXFP4_TO_E4M3 and an exact conversion")
     print(f"MXFP4_TO_E4M3: {instructions()} instructions per 8 codes; {n} decoded values equal torch's e4m3 "
           f"rounding (D = 0..20)")
     for d, (w0, w1) in enumerate(tables()):
