@@ -7,17 +7,11 @@ spill) sits inside the kernel's tile loop (``hot_loop``).
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 
-
-def _bin(name: str) -> str:
-    import triton
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+from ..nvtools import cuobjdump, ptxas_verbose
 
 
 @dataclass(frozen=True)
@@ -37,14 +31,8 @@ class KernelFacts:
 
 
 def _sass_instructions(cubin: bytes) -> list[tuple[int, str]]:
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(cubin)
-    try:
-        sass = subprocess.run([_bin("cuobjdump"), "-sass", f.name], capture_output=True, text=True, check=True).stdout
-    finally:
-        os.unlink(f.name)
     out = []
-    for line in sass.splitlines():
+    for line in cuobjdump(cubin, "-sass").splitlines():
         m = re.match(r"\s+/\*([0-9a-f]+)\*/\s+(.*?);", line)
         if m:
             out.append((int(m.group(1), 16), m.group(2).strip()))
@@ -99,15 +87,9 @@ def hot_loop(instructions: list[tuple[int, str]]) -> list[str]:
 def kernel_facts(kernel) -> KernelFacts:
     """Facts of a ``CompiledKernel`` (from ``compile.compile_decode``)."""
     ptx = kernel.asm["ptx"]
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(ptx)
-    try:
-        r = subprocess.run([_bin("ptxas"), "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull], capture_output=True,
-                           text=True, check=True)
-    finally:
-        os.unlink(f.name)
-    regs = int(re.findall(r"Used (\d+) registers", r.stderr)[-1])
-    spills = int(re.findall(r"(\d+) bytes spill stores", r.stderr)[-1])
+    report = ptxas_verbose(ptx)
+    regs = int(re.findall(r"Used (\d+) registers", report)[-1])
+    spills = int(re.findall(r"(\d+) bytes spill stores", report)[-1])
     instructions = _sass_instructions(kernel.asm["cubin"])
     loop = hot_loop(instructions)
     ops = Counter(_opcode(t) for t in loop)

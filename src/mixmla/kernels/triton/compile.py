@@ -28,6 +28,7 @@ from triton.runtime.jit import JITFunction, create_function_from_signature
 from ... import formats
 from ...validate import check_sm_scale
 from ..backend import Layout, PageTable
+from ..nvtools import cuobjdump
 from .backend import TritonPlan
 from .configs import KernelConfig
 from .launch import Launch, launches
@@ -118,25 +119,12 @@ def compile_launch(launch: Launch, target: GPUTarget = SM90):
         return triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target, options=options.__dict__)
 
 
-def _cuobjdump(kernel, flag: str) -> str:
-    """What the cuobjdump that ships with Triton prints for a CUDA kernel's cubin with ``flag``."""
-    import os
-    import subprocess
-    import tempfile
-
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        return subprocess.run([tool, flag, f.name], capture_output=True, text=True, check=True).stdout
-
-
 def resources(kernel) -> dict:
     """Registers per thread, stack (spill) bytes per thread and static shared memory of a CUDA
     kernel, as cuobjdump reports them: ``{"registers", "stack", "shared"}`` (ints)."""
     import re
 
-    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+)", _cuobjdump(kernel, "--dump-resource-usage"))
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+)", cuobjdump(kernel.asm["cubin"], "--dump-resource-usage"))
     if m is None:
         raise RuntimeError("cuobjdump reported no resource usage")
     return {"registers": int(m[1]), "stack": int(m[2]), "shared": int(m[3])}
@@ -144,4 +132,4 @@ def resources(kernel) -> dict:
 
 def sass(kernel) -> str:
     """A CUDA kernel's SASS, disassembled by cuobjdump."""
-    return _cuobjdump(kernel, "--dump-sass")
+    return cuobjdump(kernel.asm["cubin"], "--dump-sass")
