@@ -21,7 +21,7 @@ would cut; if ``data warm`` is, the dependent first loads are what is paid; what
 ``both warm`` is launch, synchronization and work.
 
 ``PYTHONPATH=src python bench/studies/cold_code.py OUTDIR [--shapes 4x1024,4x8192,32x1024,64x1024]
-[--formats bf16,fp8,mxfp4] [--reps 200]``: prints a table, writes OUTDIR/cold_code.jsonl.
+[--formats bf16,fp8,mxfp4] [--backends auto,gluon] [--reps 200]``: prints a table, writes OUTDIR/cold_code.jsonl.
 """
 
 import argparse
@@ -79,6 +79,8 @@ def main() -> None:
     ap.add_argument("--shapes", default="4x1024,4x8192,32x1024,64x1024")
     ap.add_argument("--formats", default="bf16,fp8,mxfp4")
     ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--backends", default="auto", help="comma-separated plan backends, e.g. auto,gluon "
+                    "(a backend that cannot run a case is skipped)")
     args = ap.parse_args()
     os.makedirs(args.outdir, exist_ok=True)
     flusher = L2Flusher(mode="read")
@@ -90,10 +92,14 @@ def main() -> None:
     print(f"{'shape':>9} {'fmt':>6} {'backend':>7} {'cold':>7} {'code':>7} {'data':>7} {'both':>7}   us")
     for shape in args.shapes.split(","):
         batch, kv_len = (int(x) for x in shape.split("x"))
-        for fmt in args.formats.split(","):
+        for fmt, backend in [(f, k) for f in args.formats.split(",") for k in args.backends.split(",")]:
             a = case(batch, kv_len, fmt, seed=batch + kv_len)
             b = case(batch, kv_len, fmt, seed=batch + kv_len + 1)
-            p = mixmla.plan(a[2], a[3], 16, fmt)
+            try:
+                p = mixmla.plan(a[2], a[3], 16, fmt, backend=backend)
+            except ValueError as exc:
+                print(f"{shape:>9} {fmt:>6} {backend}: skipped ({exc})")
+                continue
             ga = capture_graph(lambda: p.run(a[0], a[1], out=a[4], kv_indptr=a[2], qo_indptr=a[3]))
             gb = capture_graph(lambda: p.run(b[0], b[1], out=b[4], kv_indptr=b[2], qo_indptr=b[3]))
             cache_tensors = [t for t in (getattr(a[1], n, None) for n in ("data", "scale", "scales")) if

@@ -7,7 +7,7 @@ set -u
 export PYTHONPATH=$PWD/src:$PWD/bench/studies:$PWD/tests
 C=$OUT/cold; mkdir -p $C
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv > $C/gpu.txt 2>&1; cat $C/gpu.txt
-timeout 100 python bench/studies/cold_code.py $C --reps 100 --shapes 4x1024,32x1024,4x8192 > $C/cold.log 2>&1; echo "cold rc=$?"
+timeout 110 python bench/studies/cold_code.py $C --reps 100 --shapes 4x1024,32x1024,4x8192 --backends auto,gluon > $C/cold.log 2>&1; echo "cold rc=$?"
 cat $C/cold.log | grep -v Warning | tail -12
 R=$OUT/r1; mkdir -p $R
 timeout 240 python bench/studies/hopper_variants.py $R/var bench/studies/hopper_mxe4_variant.py bench/studies/hopper_mxe4x_variant.py \
