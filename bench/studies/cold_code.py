@@ -27,7 +27,6 @@ would cut; if ``data warm`` is, the dependent first loads are what is paid; what
 import argparse
 import json
 import os
-import statistics
 
 import torch
 
@@ -35,6 +34,8 @@ import mixmla
 from mixmla.formats import as_cache
 from mixmla.harness.timing import L2Flusher, capture_graph
 from mixmla.inputs import generate_input
+
+from flush_study import time_graphs
 
 
 def case(batch: int, kv_len: int, fmt: str, seed: int):
@@ -59,18 +60,13 @@ def reader(tensors):
     return read
 
 
-def timed(graph_replay, befores, flusher, reps: int) -> float:
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
+def timed(graph, befores, flusher, reps: int) -> float:
+    """Median us of ``graph``'s replays, each after the flush and then ``befores`` (callables)."""
+    def before():
         flusher.flush()
         for b in befores:
             b()
-        starts[i].record()
-        graph_replay()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)])
+    return time_graphs([graph], before, reps)[0]
 
 
 def main() -> None:
@@ -87,40 +83,47 @@ def main() -> None:
     empty_t = torch.zeros(1, device="cuda")
     empty = capture_graph(lambda: empty_t.add_(1.0))
     rows = []
-    e_us = timed(empty.replay, [], flusher, args.reps)
+    e_us = timed(empty, [], flusher, args.reps)
     print(f"empty graph after the flush: {e_us:.2f} us")
     print(f"{'shape':>9} {'fmt':>6} {'backend':>7} {'cold':>7} {'code':>7} {'data':>7} {'both':>7}   us")
     for shape in args.shapes.split(","):
         batch, kv_len = (int(x) for x in shape.split("x"))
-        for fmt, backend in [(f, k) for f in args.formats.split(",") for k in args.backends.split(",")]:
+        for fmt in args.formats.split(","):
             a = case(batch, kv_len, fmt, seed=batch + kv_len)
             b = case(batch, kv_len, fmt, seed=batch + kv_len + 1)
-            try:
-                p = mixmla.plan(a[2], a[3], 16, fmt, backend=backend)
-            except ValueError as exc:
-                print(f"{shape:>9} {fmt:>6} {backend}: skipped ({exc})")
-                continue
-            ga = capture_graph(lambda: p.run(a[0], a[1], out=a[4], kv_indptr=a[2], qo_indptr=a[3]))
-            gb = capture_graph(lambda: p.run(b[0], b[1], out=b[4], kv_indptr=b[2], qo_indptr=b[3]))
-            cache_tensors = [t for t in (getattr(a[1], n, None) for n in ("data", "scale", "scales")) if
-                             isinstance(t, torch.Tensor)]
-            read_a = reader([a[0], a[2], a[3]] + cache_tensors)
-            for _ in range(20):  # untimed: clocks up, every lazy first-use cost paid
-                flusher.flush()
-                ga.replay()
-            torch.cuda.synchronize()
-            row = {"shape": shape, "fmt": fmt, "backend": p.backend, "empty_us": e_us,
-                   "cold": timed(ga.replay, [], flusher, args.reps),
-                   "code": timed(ga.replay, [gb.replay], flusher, args.reps),
-                   "data": timed(ga.replay, [read_a], flusher, args.reps),
-                   "both": timed(ga.replay, [gb.replay, read_a], flusher, args.reps),
-                   "cold_again": timed(ga.replay, [], flusher, args.reps)}
-            rows.append(row)
-            print(f"{shape:>9} {fmt:>6} {p.backend:>7} {row['cold']:7.2f} {row['code']:7.2f} {row['data']:7.2f} "
-                  f"{row['both']:7.2f}   (cold again {row['cold_again']:.2f})", flush=True)
+            for backend in args.backends.split(","):
+                _time_case(shape, fmt, backend, a, b, flusher, e_us, args.reps, rows)
     with open(os.path.join(args.outdir, "cold_code.jsonl"), "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
+
+
+def _time_case(shape, fmt, backend, a, b, flusher, e_us, reps, rows) -> None:
+    """The plan of ``backend`` timed the four ways, the call on input copy ``a`` and the code
+    warmed on copy ``b`` (each ``case``'s tuple); appends the row to ``rows`` and prints it."""
+    try:
+        p = mixmla.plan(a[2], a[3], 16, fmt, backend=backend)
+    except ValueError as exc:
+        print(f"{shape:>9} {fmt:>6} {backend}: skipped ({exc})")
+        return
+    ga = capture_graph(lambda: p.run(a[0], a[1], out=a[4], kv_indptr=a[2], qo_indptr=a[3]))
+    gb = capture_graph(lambda: p.run(b[0], b[1], out=b[4], kv_indptr=b[2], qo_indptr=b[3]))
+    cache_tensors = [t for t in (getattr(a[1], n, None) for n in ("data", "scale", "scales")) if
+                     isinstance(t, torch.Tensor)]
+    read_a = reader([a[0], a[2], a[3]] + cache_tensors)
+    for _ in range(20):  # untimed: clocks up, every lazy first-use cost paid
+        flusher.flush()
+        ga.replay()
+    torch.cuda.synchronize()
+    row = {"shape": shape, "fmt": fmt, "backend": p.backend, "empty_us": e_us,
+           "cold": timed(ga, [], flusher, reps),
+           "code": timed(ga, [gb.replay], flusher, reps),
+           "data": timed(ga, [read_a], flusher, reps),
+           "both": timed(ga, [gb.replay, read_a], flusher, reps),
+           "cold_again": timed(ga, [], flusher, reps)}
+    rows.append(row)
+    print(f"{shape:>9} {fmt:>6} {p.backend:>7} {row['cold']:7.2f} {row['code']:7.2f} {row['data']:7.2f} "
+          f"{row['both']:7.2f}   (cold again {row['cold_again']:.2f})", flush=True)
 
 
 if __name__ == "__main__":

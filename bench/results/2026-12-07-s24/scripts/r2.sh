@@ -3,7 +3,8 @@
 # bench/studies/patches/softmax_tile.patch (the online-softmax step both Hopper kernels repeat,
 # folded into decode._softmax_tile; ptxas allocates registers differently in 25 of the 64 shipped
 # Gluon kernels) timed against the tree without it, alternated, fp8 and MXFP4 on the Hopper
-# shapes. About five minutes on a started machine. Leaves the device's copy patched: run it last.
+# shapes. About eight minutes on a started machine. Applies and reverts the patch on the device's
+# copy (a cut run can leave it applied): run it last.
 set -u
 bash bench/results/2026-12-04-s23/scripts/r2.sh
 R=$OUT/r2p; mkdir -p $R
