@@ -33,6 +33,7 @@ import time
 # Compile for real even on a machine without a GPU (mixmla would pick the interpreter there).
 os.environ["TRITON_INTERPRET"] = "0"
 
+from mixmla.kernels.gluon import sass as gsass  # noqa: E402
 from mixmla.kernels.triton import compile as tc  # noqa: E402
 from mixmla.kernels.triton.configs import default_config  # noqa: E402
 from mixmla.kernels.triton.launch import with_arguments  # noqa: E402
@@ -48,23 +49,22 @@ DEFAULT_SHAPES = [(fmt, heads, lq, direct, lse, fnuz)
 
 def instructions(sass: str) -> list[tuple[int, str]]:
     """``(address, instruction text)`` of every SASS instruction."""
-    return [(int(a, 16), re.sub(r"\s+", " ", t).strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass)]
+    return gsass.parse_sass(sass)
 
 
 def loop_body(sass: str) -> list[str]:
-    """Instructions of the longest backward branch's body: the decode kernel's token loop."""
+    """Instructions of the longest loop (target .. backward branch): the decode kernel's token loop."""
     lines = instructions(sass)
-    best = None
-    for address, text in lines:
-        m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
-        if m and int(m[1], 16) < address and (best is None or address - int(m[1], 16) > best[1] - best[0]):
-            best = (int(m[1], 16), address)
-    return [t for a, t in lines if best and best[0] <= a <= best[1]]
+    spans = gsass.loops(lines)
+    if not spans:
+        return []
+    first, last = max(spans, key=lambda span: lines[span[1]][0] - lines[span[0]][0])
+    return [t for _, t in lines[first:last + 1]]
 
 
 def loop_profile(sass: str):
     """``(instructions, Counter of opcodes)`` of the token loop; (0, empty) if there is none."""
-    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for t in loop_body(sass))
+    ops = collections.Counter(gsass.opcode(t) for t in loop_body(sass))
     return sum(ops.values()), ops
 
 
@@ -132,7 +132,6 @@ def write_all(out_dir: str) -> None:
 def _hopper_loop(sass: str) -> list[str]:
     """A Hopper (Gluon) kernel's tile loop (``sass.hot_loop``: the loop with the most matrix
     instructions; ``loop_body`` finds the Triton kernels' token loop)."""
-    from mixmla.kernels.gluon import sass as gsass
     return gsass.hot_loop(instructions(sass))
 
 

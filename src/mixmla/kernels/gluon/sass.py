@@ -30,16 +30,18 @@ class KernelFacts:
     loop_ops: Counter
 
 
+def parse_sass(text: str) -> list[tuple[int, str]]:
+    """``(address, instruction)`` of every instruction of a cuobjdump ``-sass`` listing, runs of
+    whitespace inside an instruction made one space."""
+    return [(int(a, 16), re.sub(r"\s+", " ", t).strip())
+            for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", text)]
+
+
 def _sass_instructions(cubin: bytes) -> list[tuple[int, str]]:
-    out = []
-    for line in cuobjdump(cubin, "-sass").splitlines():
-        m = re.match(r"\s+/\*([0-9a-f]+)\*/\s+(.*?);", line)
-        if m:
-            out.append((int(m.group(1), 16), m.group(2).strip()))
-    return out
+    return parse_sass(cuobjdump(cubin, "-sass"))
 
 
-def _loops(instructions: list[tuple[int, str]]) -> list[tuple[int, int]]:
+def loops(instructions: list[tuple[int, str]]) -> list[tuple[int, int]]:
     """(first, last) instruction indices of every loop of a SASS listing (target .. backward branch)."""
     index = {addr: i for i, (addr, _) in enumerate(instructions)}
     loops = []
@@ -66,7 +68,7 @@ def tile_loops(instructions: list[tuple[int, str]]) -> list[tuple[int, int]]:
         return sum(_is_mma(t) for _, t in instructions[loop[0]:loop[1] + 1])
 
     taken = []
-    for lp in sorted((lp for lp in _loops(instructions) if mmas(lp)), key=lambda lp: lp[1] - lp[0]):
+    for lp in sorted((lp for lp in loops(instructions) if mmas(lp)), key=lambda lp: lp[1] - lp[0]):
         if not any(lp[0] <= o[1] and o[0] <= lp[1] for o in taken):
             taken.append(lp)
     return sorted(taken)
@@ -92,11 +94,12 @@ def kernel_facts(kernel) -> KernelFacts:
     spills = int(re.findall(r"(\d+) bytes spill stores", report)[-1])
     instructions = _sass_instructions(kernel.asm["cubin"])
     loop = hot_loop(instructions)
-    ops = Counter(_opcode(t) for t in loop)
-    local = sum(_opcode(t) in ("STL", "LDL") for first, last in tile_loops(instructions)
+    ops = Counter(opcode(t) for t in loop)
+    local = sum(opcode(t) in ("STL", "LDL") for first, last in tile_loops(instructions)
                 for _, t in instructions[first:last + 1])
     return KernelFacts(regs, spills, kernel.metadata.shared, ptx.count("wgmma.mma_async"), len(loop), local, ops)
 
 
-def _opcode(text: str) -> str:
+def opcode(text: str) -> str:
+    """An instruction's opcode without its predicate and modifiers (``@!P0 HGMMA.64x64x16.F32`` -> ``HGMMA``)."""
     return re.sub(r"^@!?U?P\w+\s+", "", text).split()[0].split(".")[0]
