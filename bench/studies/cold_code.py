@@ -20,11 +20,19 @@ instructions from HBM, which smaller code (less unrolling) or fewer distinct ker
 would cut; if ``data warm`` is, the dependent first loads are what is paid; what is left under
 ``both warm`` is launch, synchronization and work.
 
+A backend may carry Triton kernel-shape fields, ``triton/num_stages=1/block_t=32`` (over the
+format's default ``KernelConfig``): less pipelining and smaller tiles make less code (compiled for
+sm_90 on the CPU, the bf16 decode kernel is 2256 instructions by default, 1632 with one stage,
+1240 with one stage of 32-token tiles; MXFP4 2816, 2592, 1840), so if ``code warm`` is well
+under ``cold``, such a plan's ``cold`` says what smaller code buys.
+
 ``PYTHONPATH=src python bench/studies/cold_code.py OUTDIR [--shapes 4x1024,4x8192,32x1024,64x1024]
-[--formats bf16,fp8,mxfp4] [--backends auto,gluon] [--reps 200]``: prints a table, writes OUTDIR/cold_code.jsonl.
+[--formats bf16,fp8,mxfp4] [--backends auto,gluon,triton/num_stages=1] [--reps 200]``: prints a
+table, writes OUTDIR/cold_code.jsonl.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 
@@ -34,6 +42,7 @@ import mixmla
 from mixmla.formats import as_cache
 from mixmla.harness.timing import L2Flusher, capture_graph
 from mixmla.inputs import generate_input
+from mixmla.kernels.triton.configs import default_config
 
 from flush_study import time_graphs
 
@@ -101,8 +110,13 @@ def main() -> None:
 def _time_case(shape, fmt, backend, a, b, flusher, e_us, reps, rows) -> None:
     """The plan of ``backend`` timed the four ways, the call on input copy ``a`` and the code
     warmed on copy ``b`` (each ``case``'s tuple); appends the row to ``rows`` and prints it."""
+    name, *fields = backend.split("/")
+    config = None
+    if fields:  # Triton kernel-shape fields over the format's default
+        config = dataclasses.replace(default_config(fmt), **{k: float(v) if "." in v else int(v)
+                                                             for k, v in (f.split("=") for f in fields)})
     try:
-        p = mixmla.plan(a[2], a[3], 16, fmt, backend=backend)
+        p = mixmla.plan(a[2], a[3], 16, fmt, config=config, backend=name)
     except ValueError as exc:
         print(f"{shape:>9} {fmt:>6} {backend}: skipped ({exc})")
         return
@@ -115,14 +129,14 @@ def _time_case(shape, fmt, backend, a, b, flusher, e_us, reps, rows) -> None:
         flusher.flush()
         ga.replay()
     torch.cuda.synchronize()
-    row = {"shape": shape, "fmt": fmt, "backend": p.backend, "empty_us": e_us,
+    row = {"shape": shape, "fmt": fmt, "backend": backend if fields else p.backend, "empty_us": e_us,
            "cold": timed(ga, [], flusher, reps),
            "code": timed(ga, [gb.replay], flusher, reps),
            "data": timed(ga, [read_a], flusher, reps),
            "both": timed(ga, [gb.replay, read_a], flusher, reps),
            "cold_again": timed(ga, [], flusher, reps)}
     rows.append(row)
-    print(f"{shape:>9} {fmt:>6} {p.backend:>7} {row['cold']:7.2f} {row['code']:7.2f} {row['data']:7.2f} "
+    print(f"{shape:>9} {fmt:>6} {row['backend']:>7} {row['cold']:7.2f} {row['code']:7.2f} {row['data']:7.2f} "
           f"{row['both']:7.2f}   (cold again {row['cold_again']:.2f})", flush=True)
 
 
