@@ -28,7 +28,7 @@ Exact as ``mxfp4_token_exponent.py``'s 'two f16' emulates it, except for blocks 
 below their token's largest, whose keys decode to zeros (their e4m3 bytes are zeros in any case).
 MXFP4 only (contiguous and paged as ``decode`` reads them).
 
-``PYTHONPATH=src:bench/studies python bench/studies/hopper_mxe4_variant.py --compile`` prints
+``TRITON_INTERPRET=0 PYTHONPATH=src:bench/studies python bench/studies/hopper_mxe4_variant.py --compile`` prints
 registers, spills, shared memory and the tile loop's length and opcodes on any machine; on the
 H200, ``hopper_variants.py OUT bench/studies/hopper_mxe4_variant.py`` times it beside the shipped
 kernel with the strict check.

@@ -26,7 +26,7 @@ GPU shows. The e4m3 tables are exact to 13 binades (each token and block's f16 t
 arithmetic, rounded to e4m3 by the hardware: ``mxfp4_e4m3_decoder.E4M3_TABLES_FROM_F16``); beyond
 that the table is zeros, as the exact one is.
 
-``PYTHONPATH=src:bench/studies:tests python bench/studies/hopper_mxe4x_variant.py --compile``;
+``TRITON_INTERPRET=0 PYTHONPATH=src:bench/studies:tests python bench/studies/hopper_mxe4x_variant.py --compile``;
 on the H200, ``hopper_variants.py OUT bench/studies/hopper_mxe4x_variant.py``.
 """
 

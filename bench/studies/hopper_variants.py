@@ -64,9 +64,13 @@ def print_compile_facts(path, cases, ops=()):
     """Compiles the variant at ``path`` for each ``(FORMAT, PAGED)`` of ``cases`` (16 heads, 256
     requests) and prints its registers, spills, shared and global scratch memory, the tile loop's
     length and the loop's counts of the opcodes starting with one of ``ops``."""
+    from mixmla import interpreter
     from mixmla.kernels.gluon import sass
     from mixmla.kernels.gluon.compile import KernelSpec
 
+    if interpreter.active():
+        sys.exit("Gluon does not compile under Triton's interpreter, which importing mixmla turns on without "
+                 "CUDA: run with TRITON_INTERPRET=0")
     mod = load_module(path)
     for fmt, paged in cases:
         spec = KernelSpec(H=16, ROWS=16, FORMAT=fmt, BLOCK_B=256, C0=2, WRITE_LSE=False, PAGED=paged)
