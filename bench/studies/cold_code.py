@@ -65,7 +65,7 @@ def reader(tensors):
 
     def read():
         for v, s in zip(views, sinks):
-            torch.sum(v, out=s)
+            torch.sum(v, dim=0, out=s)
     return read
 
 
