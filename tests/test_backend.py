@@ -187,6 +187,27 @@ def test_auto_format_prefers_what_the_hopper_kernel_serves(monkeypatch):
     assert api.choose_format(everything, q) == "mxfp4"
 
 
+def test_auto_format_follows_the_device(monkeypatch):
+    """On a device with its own measured order (AUTO_HOPPER_ORDER_BY_DEVICE) 'auto' takes that order's
+    first served format; on any other device, and for a query not on a GPU, AUTO_HOPPER_ORDER's."""
+    from mixmla import api
+    monkeypatch.setattr(api, "_hopper_serves", lambda fmt, kv, q: fmt in ("fp8", "mxfp4"))
+    names = {}
+    monkeypatch.setattr(api, "_device_name", lambda device: names[device.index])
+    names.update({0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H200"})
+    everything = dict.fromkeys(("bf16", "fp8", "mxfp4"))
+
+    class OnDevice:  # a query on CUDA device ``index`` (only its device is read here)
+        def __init__(self, index):
+            self.device = torch.device("cuda", index)
+
+    assert api.AUTO_HOPPER_ORDER_BY_DEVICE["NVIDIA H100 80GB HBM3"] == ("mxfp4", "fp8")
+    assert api.choose_format(everything, OnDevice(0)) == "mxfp4"
+    assert api.choose_format({"bf16": None, "fp8": None}, OnDevice(0)) == "fp8"
+    assert api.choose_format(everything, OnDevice(1)) == "fp8"
+    assert api.choose_format(everything, torch.zeros(1)) == "fp8"
+
+
 def test_auto_format_on_cpu_tensors_is_bf16():
     from mixmla import api
     from mixmla.inputs import generate_input

@@ -632,6 +632,11 @@ AUTO_FORMAT_ORDER = ("bf16", "fp8", "mxfp4")
 #: then MXFP4 or bf16 through Triton; below that bf16 was the fastest.
 AUTO_HOPPER_MIN_TOKENS = 262144
 AUTO_HOPPER_ORDER = ("fp8", "mxfp4")
+#: ``AUTO_HOPPER_ORDER`` for devices (by torch's device name) where the other order measured
+#: faster. The H100 SXM reads HBM about a third slower than the H200 and decodes as fast, so the
+#: fp8 kernel (bound by the reads) falls behind the MXFP4 one (bound by the decode) on the four
+#: shapes of at least ``AUTO_HOPPER_MIN_TOKENS`` tokens (docs/PERF.md, design log step 108).
+AUTO_HOPPER_ORDER_BY_DEVICE = {"NVIDIA H100 80GB HBM3": ("mxfp4", "fp8")}
 _PLAN_CACHE: "collections.OrderedDict[tuple, DecodePlan]" = collections.OrderedDict()
 _PLAN_CACHE_SIZE = 32
 #: custom_kernel's CUDA graphs, keyed by the identity (address, layout) of every input tensor.
@@ -640,17 +645,32 @@ _GRAPHS = GraphCache(capacity=16)
 
 def choose_format(kv_data: dict, q: torch.Tensor | None = None) -> str:
     """The format ``custom_kernel(data, 'auto')`` uses among those present in ``kv_data``: from
-    ``AUTO_HOPPER_MIN_TOKENS`` cached tokens the first of ``AUTO_HOPPER_ORDER`` that the Hopper
-    kernel serves (q (total_q, H, 576) on an sm_90 GPU, 16 heads, one query token per request; an
-    e4m3fn fp8 cache), else the first of ``AUTO_FORMAT_ORDER``."""
+    ``AUTO_HOPPER_MIN_TOKENS`` cached tokens the first of ``AUTO_HOPPER_ORDER`` (on q's device as
+    ``AUTO_HOPPER_ORDER_BY_DEVICE`` gives it) that the Hopper kernel serves (q (total_q, H, 576) on
+    an sm_90 GPU, 16 heads, one query token per request; an e4m3fn fp8 cache), else the first of
+    ``AUTO_FORMAT_ORDER``."""
     if q is not None:
-        for fmt in AUTO_HOPPER_ORDER:
+        for fmt in _hopper_order(q):
             if fmt in kv_data and _hopper_serves(fmt, kv_data[fmt], q):
                 return fmt
     for fmt in AUTO_FORMAT_ORDER:
         if fmt in kv_data:
             return fmt
     raise ValueError(f"kv_data holds none of {FORMATS}: keys {sorted(kv_data)}")
+
+
+def _hopper_order(q) -> tuple:
+    """``AUTO_HOPPER_ORDER`` as it holds on q's device."""
+    device = getattr(q, "device", None)
+    if device is None or device.type != "cuda":
+        return AUTO_HOPPER_ORDER
+    return AUTO_HOPPER_ORDER_BY_DEVICE.get(_device_name(device), AUTO_HOPPER_ORDER)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_name(device: torch.device) -> str:
+    # Asked at every 'auto' call; torch builds the name from the device's properties each time.
+    return torch.cuda.get_device_name(device)
 
 
 def _hopper_serves(fmt: str, kv, q: torch.Tensor) -> bool:
