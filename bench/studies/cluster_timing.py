@@ -69,7 +69,10 @@ def max_active_clusters(kernel, cluster: int, grid: tuple) -> int | str:
 
 def _plan(case, fmt, clusters: bool):
     q, _, qo_indptr, kv_indptr, _ = case.data
-    api._LAST_PLAN = None  # else a plan of the same indptrs reuses the last plan's schedule
+    # Else a plan of the same indptrs reuses the last plan's schedule (``_LAST_PLAN``) or its
+    # layout's backend plan (``_LAYOUTS``, whose key does not hold the cluster choice).
+    api._LAST_PLAN = None
+    api._LAYOUTS.clear()
     runs = triton_backend.runs_clusters
     if not clusters:
         triton_backend.runs_clusters = lambda device: False
