@@ -44,14 +44,14 @@ def _sass_instructions(cubin: bytes) -> list[tuple[int, str]]:
 def loops(instructions: list[tuple[int, str]]) -> list[tuple[int, int]]:
     """(first, last) instruction indices of every loop of a SASS listing (target .. backward branch)."""
     index = {addr: i for i, (addr, _) in enumerate(instructions)}
-    loops = []
+    found = []
     for i, (addr, text) in enumerate(instructions):
         m = re.search(r"BRA\s+(0x[0-9a-f]+)", text)
         if m:
             target = int(m.group(1), 16)
             if target < addr and target in index:
-                loops.append((index[target], i))
-    return loops
+                found.append((index[target], i))
+    return found
 
 
 def _is_mma(text: str) -> bool:
