@@ -35,7 +35,7 @@ os.environ["TRITON_INTERPRET"] = "0"
 
 from mixmla.kernels.gluon import sass as gsass  # noqa: E402
 from mixmla.kernels.triton import compile as tc  # noqa: E402
-from mixmla.kernels.triton.configs import default_config  # noqa: E402
+from mixmla.kernels.triton.configs import config_fields, default_config  # noqa: E402
 from mixmla.kernels.triton.launch import with_arguments  # noqa: E402
 from mixmla.schedule import rows_per_request  # noqa: E402
 
@@ -79,11 +79,7 @@ def _anonymous(body: list[str]) -> list[str]:
 
 
 def _config(text: str | None, fmt: str, rows: int):
-    cfg = default_config(fmt, rows)
-    for item in filter(None, (text or "").split(",")):
-        k, _, v = item.partition("=")
-        cfg = dataclasses.replace(cfg, **{k.strip(): float(v) if "." in v else int(v)})
-    return cfg
+    return dataclasses.replace(default_config(fmt, rows), **config_fields(text))
 
 
 def compile_shape(fmt, heads, lq, direct, lse=False, fnuz=False, config=None, page=0, gather=None):

@@ -12,7 +12,7 @@ import torch
 import mixmla
 from mixmla.check import check_strict
 from mixmla.formats import quantize
-from mixmla.kernels.triton.configs import DEFAULT_CONFIGS, KernelConfig, default_config
+from mixmla.kernels.triton.configs import DEFAULT_CONFIGS, KernelConfig, config_fields, default_config
 from mixmla.reference import mla_decode_reference
 from mixmla.schedule import MAX_BLOCK_R, block_rows
 
@@ -116,3 +116,19 @@ def test_a_config_that_is_not_a_kernel_config_is_a_type_error(config):
         mixmla.plan(kv_indptr, num_heads=16, fmt="bf16", config=config, backend="triton")
     with pytest.raises(TypeError, match=r"config must be a mixmla.KernelConfig"):
         mixmla.mla_decode(q, cache, kv_indptr, config=config)
+
+
+def test_config_fields_reads_command_line_text():
+    fields = config_fields(" block_t=32, items_per_sm=1.5 ,num_warps=8")
+    assert fields == {"block_t": 32, "items_per_sm": 1.5, "num_warps": 8}
+    assert isinstance(fields["block_t"], int) and isinstance(fields["items_per_sm"], float)
+    assert dataclasses.replace(default_config("fp8"), **fields).block_t == 32
+    assert config_fields("num_stages=1/min_chunk=16", sep="/") == {"num_stages": 1, "min_chunk": 16}
+    assert config_fields("") == {} and config_fields(None) == {}
+
+
+@pytest.mark.parametrize("text, match", [("block_t", "expected field=value"), ("=4", "expected field=value"),
+                                         ("blocks=4", "KernelConfig has block_t"), ("num_warps=four", "not a number")])
+def test_config_fields_names_what_is_wrong(text, match):
+    with pytest.raises(ValueError, match=match):
+        config_fields(text)

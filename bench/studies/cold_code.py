@@ -42,7 +42,7 @@ import mixmla
 from mixmla.formats import as_cache
 from mixmla.harness.timing import L2Flusher, capture_graph
 from mixmla.inputs import generate_input
-from mixmla.kernels.triton.configs import default_config
+from mixmla.kernels.triton.configs import config_fields, default_config
 
 from flush_study import time_graphs
 
@@ -113,8 +113,7 @@ def _time_case(shape, fmt, backend, a, b, flusher, e_us, reps, rows) -> None:
     name, *fields = backend.split("/")
     config = None
     if fields:  # Triton kernel-shape fields over the format's default
-        config = dataclasses.replace(default_config(fmt), **{k: float(v) if "." in v else int(v)
-                                                             for k, v in (f.split("=") for f in fields)})
+        config = dataclasses.replace(default_config(fmt), **config_fields("/".join(fields), sep="/"))
     try:
         p = mixmla.plan(a[2], a[3], 16, fmt, config=config, backend=name)
     except ValueError as exc:

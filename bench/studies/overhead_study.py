@@ -23,7 +23,7 @@ from mixmla.formats import as_cache
 from mixmla.kernels.triton import launch
 from mixmla.check import check_strict
 from mixmla.harness.timing import L2Flusher, capture_graph
-from mixmla.kernels.triton.configs import default_config
+from mixmla.kernels.triton.configs import config_fields, default_config
 from mixmla.schedule import rows_per_request
 
 from flush_study import bench_case, shape_list, time_graphs
@@ -36,11 +36,7 @@ def parse_configs(text):
     out = [("default", {})]
     for item in filter(None, (t.strip() for t in text.split(";"))):
         name, _, fields = item.partition(":")
-        kv = {}
-        for f in filter(None, fields.split(",")):
-            k, _, v = f.partition("=")
-            kv[k.strip()] = float(v) if "." in v else int(v)
-        out.append((name.strip(), kv))
+        out.append((name.strip(), config_fields(fields)))
     return out
 
 

@@ -74,11 +74,11 @@ def tile_loops(instructions: list[tuple[int, str]]) -> list[tuple[int, int]]:
     return sorted(taken)
 
 
-def hot_loop(instructions: list[tuple[int, str]]) -> list[str]:
-    """The instructions of the tile loop (``tile_loops``) that holds the most matrix instructions
-    (the shorter of equals)."""
+def hot_loop(instructions: list[tuple[int, str]], loops_found: list[tuple[int, int]] | None = None) -> list[str]:
+    """The instructions of the tile loop (``tile_loops``, or ``loops_found`` when the caller has
+    them) that holds the most matrix instructions (the shorter of equals)."""
     best, best_key = (0, -1), (0, 0)
-    for first, last in tile_loops(instructions):
+    for first, last in tile_loops(instructions) if loops_found is None else loops_found:
         body = instructions[first:last + 1]
         key = (sum(_is_mma(t) for _, t in body), -len(body))
         if key > best_key:
@@ -93,9 +93,10 @@ def kernel_facts(kernel) -> KernelFacts:
     regs = int(re.findall(r"Used (\d+) registers", report)[-1])
     spills = int(re.findall(r"(\d+) bytes spill stores", report)[-1])
     instructions = _sass_instructions(kernel.asm["cubin"])
-    loop = hot_loop(instructions)
+    found = tile_loops(instructions)
+    loop = hot_loop(instructions, found)
     ops = Counter(opcode(t) for t in loop)
-    local = sum(opcode(t) in ("STL", "LDL") for first, last in tile_loops(instructions)
+    local = sum(opcode(t) in ("STL", "LDL") for first, last in found
                 for _, t in instructions[first:last + 1])
     return KernelFacts(regs, spills, kernel.metadata.shared, ptx.count("wgmma.mma_async"), len(loop), local, ops)
 

@@ -79,3 +79,22 @@ def default_config(fmt: str, rows_max: int = MIN_BLOCK_R) -> KernelConfig:
     if block_rows(rows_max) >= MAX_BLOCK_R:
         config = replace(config, num_stages=min(config.num_stages, 2), num_warps=max(config.num_warps, 8))
     return config
+
+
+def config_fields(text: str | None, sep: str = ",") -> dict:
+    """``KernelConfig`` fields from ``"field=value<sep>field=value"`` text (a command line's form):
+    values with a '.' are floats, others ints. ValueError for an item without '=' or a field
+    ``KernelConfig`` does not have; the values are checked when a config is made from them."""
+    fields = {}
+    for item in filter(None, (t.strip() for t in (text or "").split(sep))):
+        name, eq, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not eq or not name or not value:
+            raise ValueError(f"config field {item!r}: expected field=value")
+        if name not in KernelConfig.__dataclass_fields__:
+            raise ValueError(f"config field {name!r}: KernelConfig has {', '.join(KernelConfig.__dataclass_fields__)}")
+        try:
+            fields[name] = float(value) if "." in value else int(value)
+        except ValueError:
+            raise ValueError(f"config field {item!r}: {value!r} is not a number") from None
+    return fields
