@@ -10,6 +10,7 @@ from mixmla.harness.report import validate_results
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.timing
 def test_cuda_event_timer_sees_a_known_delay():
     from mixmla.harness.stats import StopRule
     from mixmla.harness.timing import CudaEventTimer, time_calls
@@ -20,6 +21,7 @@ def test_cuda_event_timer_sees_a_known_delay():
     assert 900 < t.stats.best <= t.stats.mean < 5000  # us
 
 
+@pytest.mark.timing
 def test_gpu_time_graph_and_eager_fallback():
     from mixmla.harness.timing import L2Flusher, gpu_time
 
@@ -34,6 +36,7 @@ def test_gpu_time_graph_and_eager_fallback():
     assert syncing.method == "eager+flush" and "graph capture failed" in syncing.note
 
 
+@pytest.mark.timing
 def test_gpu_time_after_a_read_flush():
     """The bench's main GPU time flushes by reading: same plausible bandwidth, the mode recorded."""
     from mixmla.harness.timing import L2Flusher, gpu_time
@@ -46,6 +49,7 @@ def test_gpu_time_after_a_read_flush():
     assert 1000 < 2 * x.numel() * 4 / g.median_us * 1e-3 < 6000
 
 
+@pytest.mark.timing
 def test_hbm_ceiling_is_plausible():
     from mixmla.harness.ceiling import measure_hbm_ceiling
 
