@@ -1,0 +1,13 @@
+# Session 27, call 3: MXFP4 pages with an L2 line prefetch of the tile after next's rows
+# (hopper_mxpf_variant.py, design log step 112), two rounds beside the shipped kernel.
+set -u
+nvidia-smi --query-gpu=name --format=csv,noheader
+export PYTHONPATH=$PWD/src:$PWD/bench/studies
+D=$OUT/mxpf; mkdir -p $D
+python bench/studies/hopper_mxpf_variant.py $D/src > /dev/null || exit 1
+for round in 1 2; do
+  timeout 250 python bench/studies/hopper_variants.py $D/r$round $D/src/var_mxpf.py $D/src/var_mxpfc.py \
+    --shapes 256x8192,64x8192 --paged 1,64 > $D/r$round.log 2>&1; echo "round $round rc=$?"
+  grep -E "^\|" $D/r$round.log
+done
+rm -rf $D/src  # copies of decode.py: hopper_mxpf_variant.py writes them again
