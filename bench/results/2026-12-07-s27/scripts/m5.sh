@@ -5,7 +5,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 export PYTHONPATH=$PWD/src:$PWD/bench/studies
 D=$OUT/mxpf; mkdir -p $D
 python bench/studies/hopper_mxpf_variant.py $D/src > /dev/null || exit 1
-for round in 1 2; do
+for round in $(seq 1 ${ROUNDS:-2}); do
   timeout 250 python bench/studies/hopper_variants.py $D/r$round $D/src/var_mxpf.py $D/src/var_mxpfc.py \
     --shapes 256x8192,64x8192 --paged 1,64 > $D/r$round.log 2>&1; echo "round $round rc=$?"
   grep -E "^\|" $D/r$round.log
