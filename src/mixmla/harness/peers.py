@@ -4,8 +4,9 @@ Each implementation says whether it can run here (:meth:`Impl.unavailable`, e.g.
 and, per case and cache format, prepares (untimed) two callables:
 
 - ``call()``: what a user calls per decode step; timed for *call latency*. For us that is the
-  whole ``custom_kernel(data, fmt)``; for peers the per-step call after their one-time setup
-  (FlashInfer's ``plan``, FlashMLA's metadata, the paged view), as a serving loop would do it.
+  whole ``custom_kernel(data, fmt)`` (paged: ``plan_paged(...).run``); for peers the per-step
+  call after their one-time setup (FlashInfer's ``plan``, FlashMLA's metadata, the paged view), as
+  a serving loop would do it.
 - ``gpu()``: the device work, captured in a CUDA graph for *GPU time* (for us ``DecodePlan.run``
   into a preallocated output).
 
@@ -116,8 +117,11 @@ class Mixmla(Impl):
 
     @staticmethod
     def _prepare_paged(case, fmt: str) -> Prepared:
-        """The paged path: ``mla_decode_paged`` per call (latency), ``plan_paged(...).run`` (GPU
-        time), on the case's cache in shuffled pages."""
+        """The paged path on the case's cache in shuffled pages: ``plan_paged`` once, then its
+        ``run`` per call (latency: what a serving loop calls per step, as FlashInfer's ``run``
+        after its ``plan``) and into a preallocated output (GPU time). The one-call
+        ``mla_decode_paged``, which checks the page table's values on the host every call, is
+        timed by ``bench/host_cost.py --paged``."""
         from .. import paged as paged_api
 
         if fmt == "auto":
@@ -129,11 +133,7 @@ class Mixmla(Impl):
                                     case.sm_scale)
         out = _out_like(case)
 
-        def call():
-            return paged_api.mla_decode_paged(q, pb.cache, pb.block_table, pb.seq_lens, qo_indptr=qo,
-                                              sm_scale=case.sm_scale)
-
-        return Prepared(call, lambda: plan.run(q, pb.cache, out=out), out, fmt,
+        return Prepared(lambda: plan.run(q, pb.cache), lambda: plan.run(q, pb.cache, out=out), out, fmt,
                         f"paged, page {case.page_size}, pages shuffled; {plan.backend} backend")
 
 
