@@ -11,3 +11,6 @@ for round in $(seq 1 ${ROUNDS:-2}); do
   grep -E "^\|" $D/r$round.log
 done
 rm -rf $D/src  # copies of decode.py: hopper_mxpf_variant.py writes them again
+# The paged rows' call latency now timed through plan_paged(...).run (harness/peers.py), two shapes.
+OUT=$OUT/paged2 timeout 120 bash bench/run_h200.sh --paged --quick --shape 4,1,1024 --shape 64,1,1024 > /dev/null 2>&1; echo "paged rc=$?"
+grep -E "^call/GPU|^mixmla|^flashinfer" $OUT/paged2/bench.log | head -24
