@@ -82,6 +82,28 @@ def _tile_max(s, red_smem, ROWS: gl.constexpr):
 
 
 @gluon.jit
+def _softmax_tile(st, qk, pos, kv_len, last_visible, m_i, l_acc, acc, red_smem, ROWS: gl.constexpr):
+    """One tile of the online softmax (base 2), both Hopper kernels' step between the score and the
+    value products. st: the tile's score products (TILE, ROWS) float32, token rows ``pos`` (TILE,)
+    of the request; qk: (ROWS,) the softmax scale times log2(e) over the query's scale; rows at or
+    past kv_len, or past a query row's causal limit last_visible (ROWS,), weigh nothing. m_i: the
+    running maxima (ROWS,); l_acc: the running sums kept per token row (TILE, ROWS), added up once
+    at the end; acc: the value accumulators, a tuple of VALUE_CHUNKS (CHUNK, ROWS). Returns the
+    probabilities (TILE, ROWS), the new maxima and sums, and acc rescaled to the new maxima."""
+    visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
+    s = gl.where(visible, st * qk[None, :], float("-inf"))
+    m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))
+    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+    p = gl.exp2(s - m_safe[None, :])
+    alpha = gl.exp2(m_i - m_safe)
+    l_acc = l_acc * alpha[None, :] + p
+    scaled = ()
+    for c in gl.static_range(VALUE_CHUNKS):
+        scaled = scaled + (acc[c] * alpha[None, :], )
+    return p, m_new, l_acc, scaled
+
+
+@gluon.jit
 def _tile_rows(PAGED: gl.constexpr, first, kv_len, t, live, page, num_pages, page_shift, kv_stride, sc_stride):
     """Offsets of tile ``t``'s token rows (cache rows in 32-bit words, scale rows in bytes) and which
     rows exist; ``page``: the tile's ``paging.tile_pages``."""
@@ -543,18 +565,8 @@ def mla_decode_hopper_kernel(
                         st = warpgroup_mma_wait(1, deps=(st, ))
                 raw = nxt
                 st = warpgroup_mma_wait(0, deps=(st, ))
-                pos = t * TILE + r_s
-                visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
-                s = gl.where(visible, st * qk[None, :], float("-inf"))
-                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))
-                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-                p = gl.exp2(s - m_safe[None, :])
-                alpha = gl.exp2(m_i - m_safe)
-                l_acc = l_acc * alpha[None, :] + p
-                m_i = m_new
-                scaled = ()
-                for c in gl.static_range(VALUE_CHUNKS):
-                    scaled = scaled + (acc[c] * alpha[None, :], )
+                p, m_i, l_acc, scaled = _softmax_tile(st, qk, t * TILE + r_s, kv_len, last_visible, m_i, l_acc, acc,
+                                                      red_smem, ROWS)
                 z = _opaque_zero(t)
                 p_smem = p_all.index(z)
                 p_smem.store(p.to(MMA_DT))

@@ -61,7 +61,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from ..constants import FMT_FP8, FMT_MXFP4, LOG2E
 from . import fp8, mxfp4, paging
 from .decode import (_finish, _load_query, _opaque_zero, _piece_tiles, _program_units, _query_multiplier,
-                     _request_bounds, _stage_query, _tile_max, _write_request)
+                     _request_bounds, _softmax_tile, _stage_query, _write_request)
 from .layouts import (CHUNK, NUM_CHUNKS, TILE, VALUE_CHUNKS, chunk_word_layout, key_operand_layout,
                       mxfp4_scale_layout, p_layout, q_layout, score_layout, staged_chunks_layout,
                       staged_columns_layout, staged_rows_layout, to_key_operand)
@@ -474,18 +474,8 @@ def _half(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_p
                         st = warpgroup_mma_wait(1, deps=(st, ))
                 it += 1
                 st = warpgroup_mma_wait(0, deps=(st, ))
-                pos = t * TILE + r_s
-                visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
-                s = gl.where(visible, st * qk[None, :], float("-inf"))
-                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))
-                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-                p = gl.exp2(s - m_safe[None, :])
-                alpha = gl.exp2(m_i - m_safe)
-                l_acc = l_acc * alpha[None, :] + p
-                m_i = m_new
-                scaled = ()
-                for c in gl.static_range(VALUE_CHUNKS):
-                    scaled = scaled + (acc[c] * alpha[None, :], )
+                p, m_i, l_acc, scaled = _softmax_tile(st, qk, t * TILE + r_s, kv_len, last_visible, m_i, l_acc, acc,
+                                                      red_smem, ROWS)
                 p_smem = p_all.index(_opaque_zero(t))
                 p_smem.store(p.to(MMA_DT))
                 fence_async_shared()
