@@ -208,6 +208,33 @@ def test_auto_format_follows_the_device(monkeypatch):
     assert api.choose_format(everything, torch.zeros(1)) == "fp8"
 
 
+def test_auto_format_below_the_hopper_threshold_follows_the_device(monkeypatch):
+    """Below AUTO_HOPPER_MIN_TOKENS a device with a rule in AUTO_FORMAT_ORDER_BY_DEVICE takes that
+    rule's order from its number of cached tokens (the rows of any format present), and
+    AUTO_FORMAT_ORDER below it; other devices and CPU queries keep AUTO_FORMAT_ORDER."""
+    from mixmla import api
+    monkeypatch.setattr(api, "_hopper_serves", lambda fmt, kv, q: False)
+    names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H200"}
+    monkeypatch.setattr(api, "_device_name", lambda device: names[device.index])
+
+    class OnDevice:
+        def __init__(self, index):
+            self.device = torch.device("cuda", index)
+
+    tokens, order = api.AUTO_FORMAT_ORDER_BY_DEVICE["NVIDIA H100 80GB HBM3"]
+    assert tokens < api.AUTO_HOPPER_MIN_TOKENS and order[0] == "fp8"
+
+    def caches(rows):  # the three formats as custom_kernel's data holds them, no values needed
+        return {"bf16": torch.empty(rows, 0), "fp8": (torch.empty(rows, 0), torch.ones(1)),
+                "mxfp4": (torch.empty(rows, 0), torch.empty(rows, 0))}
+
+    assert api.choose_format(caches(tokens), OnDevice(0)) == "fp8"
+    assert api.choose_format(caches(tokens - 1), OnDevice(0)) == "bf16"
+    assert api.choose_format({"bf16": torch.empty(tokens, 0), "mxfp4": caches(tokens)["mxfp4"]}, OnDevice(0)) == "bf16"
+    assert api.choose_format(caches(tokens), OnDevice(1)) == "bf16"
+    assert api.choose_format(caches(tokens), torch.zeros(1)) == "bf16"
+
+
 def test_auto_format_on_cpu_tensors_is_bf16():
     from mixmla import api
     from mixmla.inputs import generate_input

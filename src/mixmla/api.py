@@ -637,6 +637,11 @@ AUTO_HOPPER_ORDER = ("fp8", "mxfp4")
 #: fp8 kernel (bound by the reads) falls behind the MXFP4 one (bound by the decode) on the four
 #: shapes of at least ``AUTO_HOPPER_MIN_TOKENS`` tokens (docs/PERF.md, design log step 108).
 AUTO_HOPPER_ORDER_BY_DEVICE = {"NVIDIA H100 80GB HBM3": ("mxfp4", "fp8")}
+#: Below that, devices (by torch's device name) where another order than ``AUTO_FORMAT_ORDER``
+#: measured faster from some number of cached tokens: ``(tokens, order)``. On the H100 SXM fp8
+#: through the Triton kernels ran 3-10% under bf16 at 4 x 8192, 32 x 1024 and 64 x 1024 in three
+#: sessions' benches, and bf16 1-3% under fp8 at 4 x 1024 (docs/PERF.md, design log step 114).
+AUTO_FORMAT_ORDER_BY_DEVICE = {"NVIDIA H100 80GB HBM3": (32768, ("fp8", "bf16", "mxfp4"))}
 _PLAN_CACHE: "collections.OrderedDict[tuple, DecodePlan]" = collections.OrderedDict()
 _PLAN_CACHE_SIZE = 32
 #: custom_kernel's CUDA graphs, keyed by the identity (address, layout) of every input tensor.
@@ -648,15 +653,30 @@ def choose_format(kv_data: dict, q: torch.Tensor | None = None) -> str:
     ``AUTO_HOPPER_MIN_TOKENS`` cached tokens the first of ``AUTO_HOPPER_ORDER`` (on q's device as
     ``AUTO_HOPPER_ORDER_BY_DEVICE`` gives it) that the Hopper kernel serves (q (total_q, H, 576) on
     an sm_90 GPU, 16 heads, one query token per request; an e4m3fn fp8 cache), else the first of
-    ``AUTO_FORMAT_ORDER``."""
+    ``AUTO_FORMAT_ORDER`` (or of the order ``AUTO_FORMAT_ORDER_BY_DEVICE`` gives q's device for
+    this many cached tokens)."""
     if q is not None:
         for fmt in _hopper_order(q):
             if fmt in kv_data and _hopper_serves(fmt, kv_data[fmt], q):
                 return fmt
-    for fmt in AUTO_FORMAT_ORDER:
+    for fmt in _format_order(kv_data, q):
         if fmt in kv_data:
             return fmt
     raise ValueError(f"kv_data holds none of {FORMATS}: keys {sorted(kv_data)}")
+
+
+def _format_order(kv_data: dict, q) -> tuple:
+    """``AUTO_FORMAT_ORDER``, or the order ``AUTO_FORMAT_ORDER_BY_DEVICE`` gives q's CUDA device
+    where the cache holds at least its number of tokens."""
+    device = getattr(q, "device", None)
+    if device is None or device.type != "cuda":
+        return AUTO_FORMAT_ORDER
+    rule = AUTO_FORMAT_ORDER_BY_DEVICE.get(_device_name(device))
+    if rule is None:
+        return AUTO_FORMAT_ORDER
+    tokens, order = rule
+    rows = max((_cache_rows(kv) for kv in kv_data.values()), default=0)
+    return order if rows >= tokens else AUTO_FORMAT_ORDER
 
 
 def _hopper_order(q) -> tuple:
@@ -673,12 +693,24 @@ def _device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device)
 
 
-def _hopper_serves(fmt: str, kv, q: torch.Tensor) -> bool:
+def _cache_data(kv):
+    """The token rows' tensor of a cache as ``custom_kernel``'s data holds it (a tensor, a (data,
+    scale) pair or a container), or None."""
+    if isinstance(kv, (tuple, list)):
+        return kv[0] if kv else None
+    return getattr(kv, "data", kv)
+
+
+def _cache_rows(kv) -> int:
+    """Token rows of ``_cache_data(kv)``, 0 where it has none."""
     try:
-        data = kv[0] if isinstance(kv, (tuple, list)) else kv.data
-        rows = data.shape[0]
+        return int(_cache_data(kv).shape[0])
     except (AttributeError, IndexError, TypeError):
-        return False
+        return 0
+
+
+def _hopper_serves(fmt: str, kv, q: torch.Tensor) -> bool:
+    rows, data = _cache_rows(kv), _cache_data(kv)
     if rows < AUTO_HOPPER_MIN_TOKENS or not isinstance(q, torch.Tensor) or q.dim() != 3 or q.device.type != "cuda":
         return False
     if fmt == "fp8" and getattr(data, "dtype", None) != torch.float8_e4m3fn:
