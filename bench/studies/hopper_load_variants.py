@@ -40,6 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 IMPORTS = [
     ("from ..constants import", "from mixmla.kernels.constants import"),
     ("from . import fp8, mxfp4, paging", "from mixmla.kernels.gluon import fp8, mxfp4, paging"),
+    ("from . import mxfp4, paging", "from mixmla.kernels.gluon import mxfp4, paging"),
     ("from .layouts import", "from mixmla.kernels.gluon.layouts import"),
 ]
 
