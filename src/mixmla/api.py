@@ -675,7 +675,7 @@ def _format_order(kv_data: dict, q) -> tuple:
     if rule is None:
         return AUTO_FORMAT_ORDER
     tokens, order = rule
-    rows = max((_cache_rows(kv) for kv in kv_data.values()), default=0)
+    rows = max((_row_count(_cache_data(kv)) for kv in kv_data.values()), default=0)
     return order if rows >= tokens else AUTO_FORMAT_ORDER
 
 
@@ -701,16 +701,17 @@ def _cache_data(kv):
     return getattr(kv, "data", kv)
 
 
-def _cache_rows(kv) -> int:
-    """Token rows of ``_cache_data(kv)``, 0 where it has none."""
+def _row_count(data) -> int:
+    """Token rows of a cache's ``_cache_data``, 0 where it has none."""
     try:
-        return int(_cache_data(kv).shape[0])
+        return int(data.shape[0])
     except (AttributeError, IndexError, TypeError):
         return 0
 
 
 def _hopper_serves(fmt: str, kv, q: torch.Tensor) -> bool:
-    rows, data = _cache_rows(kv), _cache_data(kv)
+    data = _cache_data(kv)
+    rows = _row_count(data)
     if rows < AUTO_HOPPER_MIN_TOKENS or not isinstance(q, torch.Tensor) or q.dim() != 3 or q.device.type != "cuda":
         return False
     if fmt == "fp8" and getattr(data, "dtype", None) != torch.float8_e4m3fn:
