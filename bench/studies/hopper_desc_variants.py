@@ -84,12 +84,7 @@ import sys
 
 import mixmla.kernels.gluon.decode as shipped
 
-IMPORTS = [
-    ("from ..constants import", "from mixmla.kernels.constants import"),
-    ("from . import mxfp4, paging", "from mixmla.kernels.gluon import mxfp4, paging"),
-    ("from .layouts import", "from mixmla.kernels.gluon.layouts import"),
-]
-
+from hopper_load_variants import absolute_imports, inline_softmax
 
 def _edit(src, old, new):
     if src.count(old) != 1:
@@ -102,10 +97,7 @@ def _edit(src, old, new):
 
 
 def _base():
-    src = open(shipped.__file__).read()
-    for a, b in IMPORTS:
-        src = _edit(src, a, b)
-    return src + '\n\nFORMATS = ("mxfp4", )\n'
+    return inline_softmax(absolute_imports(open(shipped.__file__).read())) + '\n\nFORMATS = ("mxfp4", )\n'
 
 
 LOOP_TOP = "            for t in range(t_begin, t_end):\n"

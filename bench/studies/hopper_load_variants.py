@@ -115,6 +115,32 @@ def absolute_imports(src):
     return src
 
 
+#: The shipped loop's softmax step (``decode._softmax_tile``) written out in the loop again, for studies
+#: that edit or probe its parts (``inline_softmax``).
+INLINE_SOFTMAX = (
+    "                p, m_i, l_acc, scaled = _softmax_tile(st, qk, t * TILE + r_s, kv_len, last_visible, m_i, l_acc, acc,\n"
+    "                                                      red_smem, ROWS)\n",
+    "                pos = t * TILE + r_s\n"
+    "                visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])\n"
+    "                s = gl.where(visible, st * qk[None, :], float(\"-inf\"))\n"
+    "                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))\n"
+    "                m_safe = gl.where(m_new == float(\"-inf\"), 0.0, m_new)\n"
+    "                p = gl.exp2(s - m_safe[None, :])\n"
+    "                alpha = gl.exp2(m_i - m_safe)\n"
+    "                l_acc = l_acc * alpha[None, :] + p\n"
+    "                m_i = m_new\n"
+    "                scaled = ()\n"
+    "                for c in gl.static_range(VALUE_CHUNKS):\n"
+    "                    scaled = scaled + (acc[c] * alpha[None, :], )\n")
+
+
+def inline_softmax(src):
+    """A ``decode.py`` source with its ``_softmax_tile`` call written out as the loop's own lines
+    (sources from before the step became a helper are returned as they are)."""
+    if src.count(INLINE_SOFTMAX[0]) == 1:
+        src = src.replace(*INLINE_SOFTMAX)
+    return src
+
 #: fp8's next-tile loads in the shipped loop: after the tile maximum, with the comment saying why.
 FP8_LOADS = re.compile(r"                if FORMAT == FMT_FP8:\n(?:                    #[^\n]*\n)*"
                        r"                    raw = _load_tile\(FORMAT, kv_ptr, sc_ptr, row_off, sc_off, ok\)\n")

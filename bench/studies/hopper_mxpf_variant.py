@@ -26,9 +26,8 @@ import sys
 
 import mixmla.kernels.gluon.decode as shipped
 
-from hopper_load_variants import _edit
+from hopper_load_variants import _edit, absolute_imports
 from hopper_variants import print_compile_facts, write_source
-from hopper_vlate_variant import _IMPORTS
 
 _HELPER = '''
 
@@ -48,9 +47,7 @@ def _prefetch_rows(kv_ptr, kv_stride, sc_ptr, sc_stride, first, kv_len, t, live,
 
 
 def variant_source() -> str:
-    src = open(shipped.__file__).read()
-    for a, b in _IMPORTS:
-        src = _edit(src, a, b)
+    src = absolute_imports(open(shipped.__file__).read())
     src = _edit(src, "\n\n@gluon.jit\ndef _load_tile(", _HELPER + "\n\n@gluon.jit\ndef _load_tile(")
     src = _edit(src, """                page = page2
                 page2 = _tile_pages(PAGED, pages_ptr, first_row, kv_len, t + 3, t + 3 < t_end, page_shift)
@@ -74,9 +71,7 @@ _CARRY_HELPER = _HELPER.replace(
 
 
 def carried_source() -> str:
-    src = open(shipped.__file__).read()
-    for a, b in _IMPORTS:
-        src = _edit(src, a, b)
+    src = absolute_imports(open(shipped.__file__).read())
     src = _edit(src, "\n\n@gluon.jit\ndef _load_tile(", _CARRY_HELPER + "\n\n@gluon.jit\ndef _load_tile(")
     src = _edit(src, """            page = _tile_pages(PAGED, pages_ptr, first_row, kv_len, t_begin + 1, t_begin + 1 < t_end, page_shift)
             page2 = _tile_pages(PAGED, pages_ptr, first_row, kv_len, t_begin + 2, t_begin + 2 < t_end, page_shift)

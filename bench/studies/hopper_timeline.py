@@ -31,7 +31,7 @@ from mixmla.kernels.gluon import sass
 from mixmla.kernels.gluon.launch import REQUEST_COST_TILES, ROWS
 from mixmla.kernels.gluon.compile import KernelSpec
 
-from hopper_load_variants import absolute_imports
+from hopper_load_variants import absolute_imports, inline_softmax
 from hopper_variants import compile_variant, load_module
 
 PHASES = ["wait values", "rows", "chunks", "wait scores", "max", "exp+rescale", "P store", "value issue"]
@@ -132,25 +132,6 @@ PROBES = [
 ]
 
 
-#: The shipped loop's softmax step (``decode._softmax_tile``) written out in the loop again, so that
-#: the probes can split the tile maximum from the exponentials and the rescale.
-INLINE_SOFTMAX = (
-    "                p, m_i, l_acc, scaled = _softmax_tile(st, qk, t * TILE + r_s, kv_len, last_visible, m_i, l_acc, acc,\n"
-    "                                                      red_smem, ROWS)\n",
-    "                pos = t * TILE + r_s\n"
-    "                visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])\n"
-    "                s = gl.where(visible, st * qk[None, :], float(\"-inf\"))\n"
-    "                m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))\n"
-    "                m_safe = gl.where(m_new == float(\"-inf\"), 0.0, m_new)\n"
-    "                p = gl.exp2(s - m_safe[None, :])\n"
-    "                alpha = gl.exp2(m_i - m_safe)\n"
-    "                l_acc = l_acc * alpha[None, :] + p\n"
-    "                m_i = m_new\n"
-    "                scaled = ()\n"
-    "                for c in gl.static_range(VALUE_CHUNKS):\n"
-    "                    scaled = scaled + (acc[c] * alpha[None, :], )\n")
-
-
 #: The merge probes' anchors: kernels since the merge moved into ``decode._write_request`` (a helper
 #: the probes cannot reach) have none of them, and then "merge" and "merge wait" read 0 and the
 #: merge is counted in "piece end".
@@ -158,9 +139,7 @@ MERGE_ANCHORS = {a for a, _ in PROBES if "_merge_parts(" in a or "counter_ptr + 
 
 
 def instrumented(src):
-    src = absolute_imports(src)
-    if src.count(INLINE_SOFTMAX[0]) == 1:  # variants written before the step became a helper have it inline
-        src = src.replace(*INLINE_SOFTMAX)
+    src = inline_softmax(absolute_imports(src))
     merges_inline = any(src.count(a) for a in MERGE_ANCHORS)
     for a, b in PROBES:
         if a in MERGE_ANCHORS and not merges_inline:
