@@ -75,7 +75,8 @@ def print_compile_facts(path, cases, ops=()):
     mod = load_module(path)
     for fmt, paged in cases:
         spec = KernelSpec(H=16, ROWS=16, FORMAT=fmt, BLOCK_B=256, C0=2, WRITE_LSE=False, PAGED=paged)
-        k = compile_variant(mod.mla_decode_hopper_kernel, spec)
+        k = compile_variant(mod.mla_decode_hopper_kernel, spec, getattr(mod, "NUM_WARPS", gcompile.NUM_WARPS),
+                            getattr(mod, "MAX_REGISTERS", gcompile.MAX_REGISTERS))
         f = sass.kernel_facts(k)
         counts = {o: n for o, n in f.loop_ops.items() if o.startswith(tuple(ops))} if ops else {}
         print(f"format {fmt} paged {paged}: {f.registers} registers, spill {f.spill_bytes} B, "
