@@ -1,32 +1,39 @@
-"""MXFP4 with each tile's columns split between a pair of warpgroups, so that four warpgroups fit an SM
-(issue 13; twenty-eighth session).
+"""MXFP4 with each tile's columns split between the warpgroups of a program, so that each warpgroup
+needs fewer registers and more warps share an SM (issue 13; twenty-eighth session).
 
 Why: the shipped MXFP4 kernel (``decode``) runs two programs of one warpgroup per SM at 255
 registers, so each scheduler has two warps to issue from; ncu (step 68) finds it issuing 1.85 of
 4 instructions per cycle per SM, stalled mostly on fixed-latency dependencies (the decode's
-chains), and no ordering of the same two streams helped (steps 74, 75, 115). A warpgroup's 255
+chains), and no ordering of the same two streams helped (steps 74, 75, 116). A warpgroup's 255
 registers are what its whole tile needs: the output accumulators of all 512 value columns (64), the
-next tile's codes (54), two decoded chunks (32). Split the columns, and each warpgroup needs about
-half: here a program is a pair of warpgroups on one request piece, warpgroup 0 holding chunks 0-3
-and 8 (value columns 0-255 and the rope columns), warpgroup 1 chunks 4-7 (value columns 256-511).
-Per tile each decodes its chunks (register loads a tile ahead, as ``decode``), stores its value
-chunks once to its own value buffers and issues its part of the score product; the two partial
-scores meet in shared memory (one named barrier of both per tile, buffers alternating by tile), and
-each adds them (a + b is b + a: both get the same bits), runs the same online softmax and issues
-the value products of its own 256 columns. The output columns are disjoint, so the halves need no
-merge; a cut request's partial is written by both and counted by warpgroup 0 after a barrier of
-both. At 128 registers per thread two such programs fit an SM (four warps per scheduler); shared
-memory per program: query 18 KB, value buffers 64 KB, partial scores 2 x 2 x 4 KB, P^T 2 x 2 KB.
+next tile's codes (54), two decoded chunks (32). Split the columns, and each warpgroup needs a
+part. Here the GROUPS warpgroups of a program work on the same request piece and the same tiles,
+each owning some of the nine 64-column chunks (``OWNED``: a pair, chunks 0-3 and 8 / 4-7; a trio,
+0-2 / 3-5 / 6-8). Per tile each decodes its chunks (register loads a tile ahead, as ``decode``),
+stores its value chunks once to its own value buffers and issues its part of the score product;
+the partial scores meet in shared memory (one named barrier of all per tile, buffers alternating by
+tile), and each adds them in warpgroup order (the same bits in all), runs the same online softmax
+and issues the value products of its own columns. The output columns are disjoint, so no merge
+between warpgroups; a cut request's partial result is written by all and counted by warpgroup 0
+after a barrier of all.
 
-Predicted (256x8192, H100 SXM, shipped 403-409 us): if the issue stalls are what binds and the
-pair's own costs (the exchange, the softmax done twice, warpgroup 1 waiting for warpgroup 0's fifth
-chunk) stay near 15% of a tile, 290-340 us; slower than shipped if the registers do not fit without
-spills in the loop (``--compile`` says) or if shared memory (the value tile's traffic is unchanged)
-binds instead. Outputs differ from the shipped bits (the score is summed in two parts); checked
-against the reference and the shipped output.
+- ``pair``: two programs of two warpgroups per SM (four warps per scheduler) at 128 registers.
+  Compiled (CPU, sm_90a, contiguous): 1760 bytes of spill, 78 local-memory instructions in
+  warpgroup 0's loop: the 128 registers do not hold a half tile's work (at 200 registers the loops
+  are 739 and 854 instructions without spills).
+- ``trio``: one program of three warpgroups per SM (three warps per scheduler) at 168 registers:
+  320 bytes of spill, 4 local-memory instructions in one loop; loops of 628, 602 and 706
+  instructions, 1936 per tile together against the shipped loop's 1320: the decode splits evenly
+  (``prmt`` 360 in all), but every warpgroup repeats the softmax, the exchange and the loop's
+  addressing.
 
-    TRITON_INTERPRET=0 python bench/studies/hopper_pair_mxfp4.py OUTDIR --compile   # registers, spills (CPU)
-    python bench/studies/hopper_variants.py OUT OUTDIR/pair.py                       # time it (GPU)
+Predicted (256x8192, H100 SXM, shipped 403-409 us): ``trio`` 380-470 us (47% more instructions per
+tile issued from 1.5x the warps per scheduler, all of an SM's warps meeting once per tile); ``pair``
+slower than shipped (its spills in the loop). Outputs differ from the shipped bits (the score is
+summed in parts); checked against the reference and the shipped output.
+
+    TRITON_INTERPRET=0 python bench/studies/hopper_column_groups.py OUTDIR --compile  # registers, spills (CPU)
+    python bench/studies/hopper_variants.py OUT OUTDIR/pair.py OUTDIR/trio.py         # time them (GPU)
 """
 
 import os
