@@ -1,7 +1,8 @@
 """Where the Hopper kernel's warps stall: ncu's per-reason stall samples for one launch, and the
 instructions that collect most of them.
 
-``PYTHONPATH=src python3 bench/studies/hopper_ncu.py OUT FMT BATCH KV_LEN`` (or ``--summarize
+``PYTHONPATH=src python3 bench/studies/hopper_ncu.py OUT FMT BATCH KV_LEN [VARIANT]`` (VARIANT: a
+variant module's path, profiled instead of the shipped kernel; or ``--summarize
 OUT/FMT-BATCHxKV_LEN`` to redo the summary from the CSV files)
 
 Runs ``ncu --set full`` on the third launch of ``hopper_profile_target.py`` (clocks not locked, so
@@ -76,13 +77,15 @@ def summarize(rep: str) -> list[str]:
     return lines
 
 
-def main(out, fmt, batch, kv_len):
+def main(out, fmt, batch, kv_len, variant=None):
     os.makedirs(out, exist_ok=True)
-    rep = os.path.join(out, f"{fmt}-{batch}x{kv_len}")
+    label = "" if variant is None else "-" + os.path.splitext(os.path.basename(variant))[0]
+    rep = os.path.join(out, f"{fmt}-{batch}x{kv_len}{label}")
     target = os.path.join(os.path.dirname(__file__), "hopper_profile_target.py")
     subprocess.run(["ncu", "--set", "full", "--import-source", "no", "--clock-control", "none", "-k",
                     "regex:mla_decode_hopper", "--launch-skip", "2", "--launch-count", "1", "-f", "-o", rep,
-                    sys.executable, target, fmt, str(batch), str(kv_len)], check=True)
+                    sys.executable, target, fmt, str(batch), str(kv_len)] + ([variant] if variant else []),
+                   check=True)
     open(rep + "-raw.csv", "w").write(_ncu("--import", rep + ".ncu-rep", "--page", "raw", "--csv"))
     open(rep + "-source.csv", "w").write(_ncu("--import", rep + ".ncu-rep", "--page", "source", "--csv",
                                               "--print-source", "sass"))
@@ -95,4 +98,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "--summarize":  # again, from the CSV files of an earlier run
         print("\n".join(summarize(sys.argv[2])))
     else:
-        main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else None)

@@ -1,0 +1,3 @@
+# For the next session (carry .whl), on an H200 if one is lent: host cost (issue 12), the bench with
+# FlashInfer (issue 13), the paged bench (issue 14): the twenty-seventh session's m1.sh.
+bash bench/results/2026-12-07-s27/scripts/m1.sh
