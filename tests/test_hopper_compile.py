@@ -34,6 +34,7 @@ def facts(job):
             "loop_hgmma": f.loop_ops["HGMMA"], "prefetch": ptx.count("cp.async.bulk.prefetch.L2.global"),
             "tma_copies": ptx.count("cp.async.bulk.tensor"), "setmaxnreg": ptx.count("setmaxnreg"),
             "row_copies": ptx.count("cp.async.cg.shared.global"),
+            "line_prefetch": ptx.count("prefetch.global.L2 ["),
             "row_arrivals": ptx.count("cp.async.mbarrier.arrive.noinc.shared.b64"),
             "scratch": k.metadata.global_scratch_size,
             "ldmatrix_trans": ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"),
@@ -68,6 +69,11 @@ def test_every_shipped_configuration_compiles(compiled):
     assert all(k["staged"] for k in paged_fp8)
     small = [k["spec"]["SMALL_PAGES"] for k in paged_fp8]
     assert small.count(True) == small.count(False) > 0
+    # Paged MXFP4 is read by ``decode``, likewise in two forms.
+    paged_mxfp4 = [k for k in compiled if k["served"] and k["spec"]["FORMAT"] == 2 and k["spec"]["PAGED"]]
+    assert not any(k["staged"] for k in paged_mxfp4)
+    small = [k["spec"]["SMALL_PAGES"] for k in paged_mxfp4]
+    assert small.count(True) == small.count(False) > 0
 
 
 def test_programs_fit_an_sm(compiled):
@@ -101,14 +107,15 @@ def test_contiguous_cache_rows_reach_shared_memory_ahead_of_use(compiled):
     no L2 prefetch (it slowed the copies); fp8 in smaller pages comes into the same buffers by row
     copies (``cp.async``, 18 of 16 bytes per thread and tile, each thread arriving on the tile's
     mbarrier), without descriptors. MXFP4 is served by ``decode`` (its staged form is not yet
-    faster), which loads rows into registers without a prefetch (measured slower with one)."""
+    faster), which loads rows into registers a tile ahead, and in pages smaller than a tile also
+    asks L2 for the rows of the tile after next (line prefetches: faster there, slower elsewhere)."""
     from mixmla.kernels.constants import FMT_FP8
     from mixmla.kernels.gluon.decode_tma import SCRATCH_PER_PROGRAM
     for k in compiled:
         fp8 = k["spec"]["FORMAT"] == FMT_FP8.value
         assert k["staged"] == (fp8 or not k["served"]), k
         # Each warpgroup issues a tile's copies before its loop and in it.
-        if k["spec"]["SMALL_PAGES"]:
+        if k["staged"] and k["spec"]["SMALL_PAGES"]:
             assert k["tma_copies"] == 0 and k["scratch"] == 0, k
             assert k["row_copies"] == 2 * 2 * 18 and k["row_arrivals"] == 2 * 2, k
         elif k["staged"]:
@@ -117,9 +124,10 @@ def test_contiguous_cache_rows_reach_shared_memory_ahead_of_use(compiled):
         else:
             assert k["tma_copies"] == 0 and k["row_copies"] == 0 and k["scratch"] == 0, k
         if k["staged"]:
-            assert k["setmaxnreg"] >= 2 and k["prefetch"] == 0, k
+            assert k["setmaxnreg"] >= 2 and k["prefetch"] == 0 and k["line_prefetch"] == 0, k
         else:
             assert k["setmaxnreg"] == 0 and k["prefetch"] == 0, k
+            assert (k["line_prefetch"] > 0) == k["spec"]["SMALL_PAGES"], k
 
 
 def test_staged_values_come_from_the_staged_bytes(compiled):

@@ -156,7 +156,7 @@ def test_paged_cache_gives_the_contiguous_bits(fmt, page_size):
     _check(q, cache, kv_indptr, qo_indptr, *want)
     # The paged kernel's own bits: its block-table form, checked, then the CSR form.
     decoder = HopperDecoder(9, 16, fmt, q.device, programs=20, paged=1, page_size=page_size)
-    assert decoder.staged == (fmt == "fp8") and decoder.spec.SMALL_PAGES == (fmt == "fp8" and page_size < 64)
+    assert decoder.staged == (fmt == "fp8") and decoder.spec.SMALL_PAGES == (page_size < 64)
     pages = batch.block_pages
     contiguous = want
     want = (torch.full_like(want[0], float("nan")), torch.full_like(want[1], float("nan")))

@@ -257,8 +257,9 @@ def test_the_staged_fp8_kernel_gets_its_global_scratch_from_the_workspace(hopper
 def test_paged_plans_launch_the_form_of_their_page_size(hopper, fmt, page_size):
     """A paged fp8 plan launches the staged kernel's row-copy form (``SMALL_PAGES``) for pages
     smaller than a tile and its TMA form for the others, one program per SM either way; MXFP4 plans
-    launch ``decode``'s kernel, two programs per SM, whatever the page size. The launch gets the
-    pool's page count and the page size as a shift."""
+    launch ``decode``'s kernel, two programs per SM, in its form for pages smaller than a tile (rows
+    asked of L2 two tiles ahead) or the other. The launch gets the pool's page count and the page
+    size as a shift."""
     from mixmla.kernels.gluon.compile import staged
     from mixmla.paged import scatter_to_pages
 
@@ -269,7 +270,7 @@ def test_paged_plans_launch_the_form_of_their_page_size(hopper, fmt, page_size):
     p = mixmla.plan_paged(batch.block_table, batch.seq_lens, page_size, num_heads=H, fmt=fmt, backend="gluon")
     p.run(q, batch.cache)
     spec, args = calls[-1]
-    assert spec.PAGED == 1 and spec.SMALL_PAGES == (fmt == "fp8" and page_size < 64)
+    assert spec.PAGED == 1 and spec.SMALL_PAGES == (page_size < 64)
     assert staged(spec) == (fmt == "fp8")
     assert args[0] <= (132 if fmt == "fp8" else 264)
     named = _pointer_args(args)

@@ -44,7 +44,7 @@ class KernelSpec:
     BLOCK_B (power of two >= batch, >= 128), C0 (fixed cost of a request, in tiles), WRITE_LSE,
     PAGED (0 contiguous, 1 block table, 2 CSR: ``paging``), SMALL_PAGES (paged: pages of fewer
     than ``TILE_TOKENS`` tokens, which ``decode_tma`` fills its tiles from by row copies instead
-    of the copy engine; ``decode`` reads every page size alike)."""
+    of the copy engine, and whose rows ``decode`` asks of L2 two tiles ahead)."""
 
     H: int
     ROWS: int

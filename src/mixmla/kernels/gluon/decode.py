@@ -479,11 +479,12 @@ def mla_decode_hopper_kernel(
     natural log (if WRITE_LSE). Workspace: part_o (2 * programs, ROWS, 512) float32, part_lse
     (2 * programs, ROWS) float32, counter (2 * batch,) int32, zero before the first launch and left
     zero. ROWS: query rows per request covered (>= Lq * H, 16). BLOCK_B: power of two >= max(batch,
-    128). C0: fixed cost of a request in tile units (balance only). SMALL_PAGES: not read (rows
-    are loaded one by one whatever the page size; ``decode_tma`` has a form for pages smaller
-    than a tile).
+    128). C0: fixed cost of a request in tile units (balance only). SMALL_PAGES: pages of fewer
+    than TILE tokens (``launch.small_pages``): rows are loaded one by one whatever the page size,
+    and in such pages each tile's rows are also asked of L2 two tiles ahead.
     """
     gl.static_assert(ROWS == 16, "the Hopper kernel covers 16 query rows per request")
+    gl.static_assert(PAGED != 0 or not SMALL_PAGES, "SMALL_PAGES is a form of the paged kernel")
     gl.static_assert(FORMAT == FMT_MXFP4, "decode reads MXFP4 caches (fp8: decode_tma)")
     acc_l: gl.constexpr = score_layout(ROWS)
     MMA_DT: gl.constexpr = gl.bfloat16
@@ -551,6 +552,13 @@ def mla_decode_hopper_kernel(
                                                  page_shift, kv_stride, sc_stride)
                 page = page2
                 page2 = _tile_pages(PAGED, pages_ptr, first_row, kv_len, t + 3, t + 3 < t_end, page_shift)
+                if SMALL_PAGES:
+                    # A tile's rows come from many pages, each a new DRAM page: the tile after
+                    # next's rows (its entries are in hand) are asked of L2 now, so that their
+                    # loads a tile later find them there.
+                    pf_off, pf_sc, pf_ok = _tile_rows(PAGED, first_row, kv_len, t + 2, t + 2 < t_end, page, num_pages,
+                                                      page_shift, kv_stride, sc_stride)
+                    mxfp4.prefetch_rows(kv_ptr, pf_off, sc_ptr, pf_sc, pf_ok)
                 nxt = ()
                 for c in gl.static_range(NUM_CHUNKS):
                     keys = to_key_operand(mxfp4.decode_chunk(raw[c][0], raw[c][1], tables), ROWS)

@@ -40,14 +40,14 @@ def _block_b(batch: int) -> int:
 
 
 def shipped_specs() -> list[KernelSpec]:
-    """Every kernel specialization ``HopperDecoder`` can ask for: paged fp8 in two, for pages
+    """Every kernel specialization ``HopperDecoder`` can ask for: paged ones in two, for pages
     smaller than a tile and for the others (``small_pages``)."""
     specs = []
     for fmt in (FMT_FP8.value, FMT_MXFP4.value):
         for block_b in (128, 256, 512, 1024):
             for write_lse in (True, False):
                 for paged in PAGED_FORMS:
-                    for small in sorted({small_pages(fmt, paged, p) for p in (1, TILE_TOKENS)}):
+                    for small in sorted({small_pages(paged, p) for p in (1, TILE_TOKENS)}):
                         specs.append(KernelSpec(H=16, ROWS=ROWS, FORMAT=fmt, BLOCK_B=block_b, C0=REQUEST_COST_TILES,
                                                 WRITE_LSE=write_lse, PAGED=paged, SMALL_PAGES=small))
     return specs
@@ -59,11 +59,12 @@ def shipped_kernels() -> list[tuple[KernelSpec, bool]]:
     return [(s, staged(s)) for s in shipped_specs()]
 
 
-def small_pages(fmt: int, paged: int, page_size: int) -> bool:
-    """Whether a kernel for format ``fmt`` (``FMT_*`` value) in page-table form ``paged`` reading
-    pages of ``page_size`` tokens is ``KernelSpec.SMALL_PAGES``'s: paged fp8 in pages smaller than
-    a tile, which ``decode_tma`` cannot stage with the copy engine (a copy is of consecutive rows)."""
-    return bool(paged) and fmt == FMT_FP8.value and page_size < TILE_TOKENS
+def small_pages(paged: int, page_size: int) -> bool:
+    """Whether a kernel in page-table form ``paged`` reading pages of ``page_size`` tokens is
+    ``KernelSpec.SMALL_PAGES``'s: pages smaller than a tile, which ``decode_tma`` (fp8) cannot stage
+    with the copy engine (a copy is of consecutive rows) and where ``decode`` (MXFP4) asks L2 for
+    a tile's scattered rows two tiles ahead."""
+    return bool(paged) and page_size < TILE_TOKENS
 
 
 def layout_unsupported(capability: tuple[int, int] | None, fmt: str, num_heads: int, rows_max: int,
@@ -208,7 +209,7 @@ class HopperDecoder:
         code = {"fp8": FMT_FP8.value, "mxfp4": FMT_MXFP4.value}[fmt]
         return KernelSpec(H=int(num_heads), ROWS=ROWS, FORMAT=code, BLOCK_B=_block_b(int(batch)), C0=REQUEST_COST_TILES,
                           WRITE_LSE=bool(write_lse), PAGED=int(paged),
-                          SMALL_PAGES=small_pages(code, int(paged), int(page_size)))
+                          SMALL_PAGES=small_pages(int(paged), int(page_size)))
 
     def arguments(self, q: torch.Tensor, cache: KVCache, kv_indptr: torch.Tensor, qo_indptr: torch.Tensor,
                   out: torch.Tensor, lse: torch.Tensor | None, sm_scale: float, table: torch.Tensor | None = None,

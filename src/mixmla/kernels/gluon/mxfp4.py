@@ -29,6 +29,16 @@ LO_TABLE_1 = gl.constexpr(HOPPER_MXFP4_TABLES[3])
 #: conversion to int32 costs a mask per chunk and row.
 SCALE_LOAD_ASM = gl.constexpr("{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.b32 $0, 127; @p ld.global.u8 $0, [$1]; }")
 
+#: ``$0`` <- 0 after L2 line prefetches of one token's rows, nothing unless ``$3``: lane q of the
+#: four that hold a row (``chunk_word_layout(2)``: q = lane % 4) asks for byte ``min(96 q, 287)`` of
+#: its 288-byte code row at ``$1``, so each 128-byte line the row may touch gets one, and lanes 0
+#: and 1 for the first and last byte of its 18-byte scale row at ``$2``.
+PREFETCH_ASM = gl.constexpr(
+    "{ .reg .pred p, q; .reg .u32 ln; .reg .u64 o, a; mov.u32 ln, %laneid; and.b32 ln, ln, 3; "
+    "setp.ne.u32 p, $3, 0; mul.wide.u32 o, ln, 96; min.u64 o, o, 287; add.u64 a, $1, o; "
+    "@p prefetch.global.L2 [a]; setp.lt.and.u32 q, ln, 2, p; mul.wide.u32 o, ln, 17; add.u64 a, $2, o; "
+    "@q prefetch.global.L2 [a]; mov.u32 $0, 0; }")
+
 #: How ``decode_chunk`` relabels the joined outputs (TILE, 8 words, 2, 2, 2) into stored column
 #: order: split the word axis into (lane, word in pair), then order (lane, b4, b2, a, nibble).
 JOIN_SHAPE = gl.constexpr((64, 4, 2, 2, 2, 2))
@@ -56,6 +66,17 @@ def load_chunk(kv_ptr, row_off, sc_ptr, sc_row_off, tok_ok, C: gl.constexpr):
                                                               sc_ok[:, None].to(gl.int32)],
                                       dtype=gl.int32, is_pure=True, pack=1)
     return codes, scale
+
+
+@gluon.jit
+def prefetch_rows(kv_ptr, row_off, sc_ptr, sc_row_off, tok_ok):
+    """Asks L2 for the code and scale rows that ``load_chunk`` would read for these token rows (the
+    same arguments, without a chunk): every line of them, whatever the row's alignment. For rows
+    scattered over a pool, a tile or more before their loads."""
+    sc_rows = gl.convert_layout(sc_row_off, row_off.type.layout, assert_trivial=True)
+    gl.inline_asm_elementwise(PREFETCH_ASM, "=r,l,l,r",
+                              [(kv_ptr + row_off).to(gl.pointer_type(gl.uint8), bitcast=True), sc_ptr + sc_rows,
+                               tok_ok.to(gl.int32)], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
