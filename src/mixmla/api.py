@@ -668,10 +668,7 @@ def choose_format(kv_data: dict, q: torch.Tensor | None = None) -> str:
 def _format_order(kv_data: dict, q) -> tuple:
     """``AUTO_FORMAT_ORDER``, or the order ``AUTO_FORMAT_ORDER_BY_DEVICE`` gives q's CUDA device
     where the cache holds at least its number of tokens."""
-    device = getattr(q, "device", None)
-    if device is None or device.type != "cuda":
-        return AUTO_FORMAT_ORDER
-    rule = AUTO_FORMAT_ORDER_BY_DEVICE.get(_device_name(device))
+    rule = _for_device(q, AUTO_FORMAT_ORDER_BY_DEVICE, None)
     if rule is None:
         return AUTO_FORMAT_ORDER
     tokens, order = rule
@@ -681,10 +678,16 @@ def _format_order(kv_data: dict, q) -> tuple:
 
 def _hopper_order(q) -> tuple:
     """``AUTO_HOPPER_ORDER`` as it holds on q's device."""
+    return _for_device(q, AUTO_HOPPER_ORDER_BY_DEVICE, AUTO_HOPPER_ORDER)
+
+
+def _for_device(q, table: dict, default):
+    """``table``'s entry for q's CUDA device (keyed by torch's device name), else ``default`` (also
+    where q is not on a CUDA device)."""
     device = getattr(q, "device", None)
     if device is None or device.type != "cuda":
-        return AUTO_HOPPER_ORDER
-    return AUTO_HOPPER_ORDER_BY_DEVICE.get(_device_name(device), AUTO_HOPPER_ORDER)
+        return default
+    return table.get(_device_name(device), default)
 
 
 @functools.lru_cache(maxsize=None)
