@@ -49,7 +49,7 @@ from mixmla.kernels.constants import FMT_MXFP4, LN2, LOG2E
 from mixmla.kernels.gluon import mxfp4, paging
 from mixmla.kernels.gluon.decode import (CHUNK_COLUMNS, VALUE_DIM, _finish, _load_query, _merge_parts, _merge_share,
                                          _merge_width, _opaque_zero, _piece_tiles, _program_units, _request_bounds,
-                                         _tile_max, _tile_pages, _tile_rows, _wait_count)
+                                         _softmax_tile, _tile_pages, _tile_rows, _wait_count)
 from mixmla.kernels.gluon.decode_tma import _both_warpgroups
 from mixmla.kernels.gluon.layouts import (CHUNK, NUM_CHUNKS, TILE, chunk_column, p_layout, q_layout, score_layout,
                                           to_key_operand, v_layout)
@@ -107,23 +107,6 @@ def _stage_query_chunks(WG: gl.constexpr, q_smem, chunks):
     for i in gl.static_range(_num_chunks(WG)):
         q_smem.index(_chunk_of(WG, i)).store(chunks[_chunk_of(WG, i)])
     fence_async_shared()
-
-
-@gluon.jit
-def _softmax_part(st, qk, pos, kv_len, last_visible, m_i, l_acc, acc, red_smem, NV: gl.constexpr,
-                  ROWS: gl.constexpr):
-    """``decode._softmax_tile`` for a warpgroup's NV value accumulators."""
-    visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
-    s = gl.where(visible, st * qk[None, :], float("-inf"))
-    m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))
-    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-    p = gl.exp2(s - m_safe[None, :])
-    alpha = gl.exp2(m_i - m_safe)
-    l_acc = l_acc * alpha[None, :] + p
-    scaled = ()
-    for c in gl.static_range(NV):
-        scaled = scaled + (acc[c] * alpha[None, :], )
-    return p, m_new, l_acc, scaled
 
 
 @gluon.jit
@@ -208,8 +191,8 @@ def _group(WG: gl.constexpr, q_ptr, stride_qt, stride_qh, kv_ptr, kv_stride, sc_
                         s_all = s_all + st
                     else:
                         s_all = s_all + x_all.index(2 * g + par).load(acc_l)
-                p, m_i, l_acc, scaled = _softmax_part(s_all, qk, t * TILE + r_s, kv_len, last_visible, m_i, l_acc,
-                                                      acc, red_smem, NV, ROWS)
+                p, m_i, l_acc, scaled = _softmax_tile(s_all, qk, t * TILE + r_s, kv_len, last_visible, m_i, l_acc,
+                                                      acc, red_smem, ROWS)
                 z = _opaque_zero(t)
                 p_smem = p_all.index(z)
                 p_smem.store(p.to(gl.bfloat16))

@@ -88,7 +88,8 @@ def _softmax_tile(st, qk, pos, kv_len, last_visible, m_i, l_acc, acc, red_smem, 
     of the request; qk: (ROWS,) the softmax scale times log2(e) over the query's scale; rows at or
     past kv_len, or past a query row's causal limit last_visible (ROWS,), weigh nothing. m_i: the
     running maxima (ROWS,); l_acc: the running sums kept per token row (TILE, ROWS), added up once
-    at the end; acc: the value accumulators, a tuple of VALUE_CHUNKS (CHUNK, ROWS). Returns the
+    at the end; acc: value accumulators, a tuple of (CHUNK, ROWS) (all VALUE_CHUNKS, or those of
+    some of the value columns). Returns the
     probabilities (TILE, ROWS), the new maxima and sums, and acc rescaled to the new maxima."""
     visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
     s = gl.where(visible, st * qk[None, :], float("-inf"))
@@ -98,7 +99,7 @@ def _softmax_tile(st, qk, pos, kv_len, last_visible, m_i, l_acc, acc, red_smem, 
     alpha = gl.exp2(m_i - m_safe)
     l_acc = l_acc * alpha[None, :] + p
     scaled = ()
-    for c in gl.static_range(VALUE_CHUNKS):
+    for c in gl.static_range(len(acc)):
         scaled = scaled + (acc[c] * alpha[None, :], )
     return p, m_new, l_acc, scaled
 
