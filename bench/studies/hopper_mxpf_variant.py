@@ -18,6 +18,10 @@ Predicted: if the rows' latency binds at page 1, page 1 moves toward page 64 (25
 1.05-1.15); the prefetches cost about 10 instructions per tile and thread, so page 64 within 1-2%
 of the shipped kernel; if nothing changes at page 1, latency is not what it pays either.
 
+Landed for pages smaller than a tile only (design log step 118: ``mxfp4.prefetch_rows`` under
+``KernelSpec.SMALL_PAGES``), so on today's ``decode.py`` this edit adds a second prefetch there:
+run it at step 112's commit (``bench/studies/README.md``).
+
     TRITON_INTERPRET=0 python bench/studies/hopper_mxpf_variant.py OUTDIR --compile   # write var_mxpf.py, registers, spills
     python bench/studies/hopper_variants.py OUT OUTDIR/var_mxpf.py --paged 1,64       # time it (GPU)
 """
