@@ -29,19 +29,28 @@ import sys
 
 import mixmla.kernels.gluon.decode as shipped
 
+import hopper_mxf16_variant
+
 from hopper_load_variants import _edit, absolute_imports
 from hopper_variants import print_compile_facts, write_source
 
 
+def fixed_max(src: str) -> str:
+    """``src`` (a form of ``decode.py``) with the tile maximum replaced by the constant 16."""
+    return _edit(src, "    m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))\n",
+                 "    m_new = gl.maximum(m_i, gl.full([ROWS], 16.0, gl.float32, gl.SliceLayout(0, score_layout(ROWS))))\n")
+
+
 def variant_source() -> str:
-    src = absolute_imports(open(shipped.__file__).read())
-    src = _edit(src, "    m_new = gl.maximum(m_i, _tile_max(s, red_smem, ROWS))\n",
-                "    m_new = gl.maximum(m_i, gl.full([ROWS], 16.0, gl.float32, gl.SliceLayout(0, score_layout(ROWS))))\n")
-    return src + '\nFORMATS = ("mxfp4", )\n'
+    return fixed_max(absolute_imports(open(shipped.__file__).read())) + '\nFORMATS = ("mxfp4", )\n'
 
 
 def write_variant(outdir: str) -> list[str]:
-    return [write_source(outdir, "var_fixedmax.py", variant_source())]
+    """``var_fixedmax.py`` and ``var_fixedmax_f16.py`` (the same bound on step 77's f16 decode,
+    ``hopper_mxf16_variant``: does the decode's saving come back once the exchange is gone?)."""
+    return [write_source(outdir, "var_fixedmax.py", variant_source()),
+            write_source(outdir, "var_fixedmax_f16.py",
+                         fixed_max(hopper_mxf16_variant.variant_source()) + '\nFORMATS = ("mxfp4", )\n')]
 
 
 if __name__ == "__main__":

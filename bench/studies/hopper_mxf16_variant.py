@@ -76,12 +76,9 @@ def _mxf16_decode(codes, scale):
 
 def variant_source() -> str:
     src = absolute_imports(open(shipped.__file__).read())
-    src = _edit(src, "    MMA_DT: gl.constexpr = gl.float16 if FORMAT == FMT_FP8 else gl.bfloat16\n",
-                "    MMA_DT: gl.constexpr = gl.float16\n")
-    src = _edit(src, "    if FORMAT == FMT_FP8:\n        amax = gl.zeros([ROWS], gl.float32, rows_l)\n",
-                "    if True:\n        amax = gl.zeros([ROWS], gl.float32, rows_l)\n")
-    src = _edit(src, "        return mxfp4.decode_chunk(raw[0], raw[1], tables)\n",
-                "        return _mxf16_decode(raw[0], raw[1])\n")
+    src = _edit(src, "    MMA_DT: gl.constexpr = gl.bfloat16\n", "    MMA_DT: gl.constexpr = gl.float16\n")
+    src = _edit(src, "    if FORMAT == FMT_FP8:\n        mult = _query_multiplier(", "    if True:\n        mult = _query_multiplier(")
+    src = _edit(src, "mxfp4.decode_chunk(raw[c][0], raw[c][1], tables)", "_mxf16_decode(raw[c][0], raw[c][1])")
     if "chunk_word_layout" not in src.split("VALUE_DIM =")[0]:
         src = _edit(src, "from mixmla.kernels.gluon.layouts import (", "from mixmla.kernels.gluon.layouts import (chunk_word_layout, ")
     return _edit(src, "\n\n@gluon.jit\ndef _tile_rows(", HELPERS + "\n@gluon.jit\ndef _tile_rows(")
