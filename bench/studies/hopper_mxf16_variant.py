@@ -85,7 +85,7 @@ def variant_source() -> str:
 
 
 def write_variant(outdir: str) -> str:
-    return write_source(outdir, "var_mxf16.py", variant_source())
+    return write_source(outdir, "var_mxf16.py", variant_source() + '\nFORMATS = ("mxfp4", )\n')
 
 
 if __name__ == "__main__":

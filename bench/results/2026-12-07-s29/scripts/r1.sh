@@ -1,4 +1,4 @@
-# Session 29, call 3 (no carry): the MXFP4 loop's per-tile maximum. fixedmax / fixedmax_f16
+# Session 29, call 1 (no carry): the MXFP4 loop's per-tile maximum. fixedmax / fixedmax_f16
 # (bench/studies/hopper_fixedmax_variant.py: the exchange removed, a bound; on the shipped and on step
 # 77's f16 decode) and lagmax / lagmax_f16 (bench/studies/hopper_lagmax_variant.py: each tile shifted
 # by the previous tiles' maximum, the exchange off the path to P, one barrier fewer), beside the

@@ -1,5 +1,5 @@
 # Session 29, call 4 (no carry): the paged bench's one outlier again (4x8192 bf16 in pages of 64:
-# GPU 230.2 us against a call latency of 39.2 us in call 2), three times, then call 1's MXFP4
+# GPU 230.2 us against a call latency of 39.2 us in call 3), three times, then call 1's MXFP4
 # variants once more at 256x8192 and 64x8192 (a second round of fixedmax / fixedmax_f16 / lagmax).
 set -u
 export PYTHONPATH=$PWD/src

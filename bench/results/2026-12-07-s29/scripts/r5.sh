@@ -1,0 +1,3 @@
+# Session 29, call 5 (no carry): the 2x2 of decode (shipped bf16 / step 77's f16) and tile maximum
+# (exchange / fixedmax), beside the shipped kernel in one process, 256x8192 and 64x8192.
+export PYTHONPATH=$PWD/src; F=$OUT/f16; mkdir -p $F; (cd bench/studies && TRITON_INTERPRET=0 python hopper_fixedmax_variant.py $F/src > /dev/null 2>&1 && TRITON_INTERPRET=0 python hopper_mxf16_variant.py $F/src >/dev/null 2>&1); echo 'FORMATS = ("mxfp4", )' >> $F/src/var_mxf16.py; timeout 200 python bench/studies/hopper_variants.py $F $F/src/var_mxf16.py $F/src/var_fixedmax_f16.py $F/src/var_fixedmax.py --shapes 256x8192,64x8192 > $F/variants.log 2>&1; echo "rc=$?"; tail -4 $F/variants.log; rm -rf $F/src
