@@ -62,7 +62,7 @@ def write_source(outdir, name, src):
 
 
 def print_compile_facts(path, cases, ops=()):
-    """Compiles the variant at ``path`` for each ``(FORMAT, PAGED)`` of ``cases`` (16 heads, 256
+    """Compiles the variant at ``path`` for each ``(FORMAT, PAGED[, SMALL_PAGES])`` of ``cases`` (16 heads, 256
     requests) and prints its registers, spills, shared and global scratch memory, the tile loop's
     length and the loop's counts of the opcodes starting with one of ``ops``."""
     from mixmla import interpreter
@@ -73,13 +73,14 @@ def print_compile_facts(path, cases, ops=()):
         sys.exit("Gluon does not compile under Triton's interpreter, which importing mixmla turns on without "
                  "CUDA: run with TRITON_INTERPRET=0")
     mod = load_module(path)
-    for fmt, paged in cases:
-        spec = KernelSpec(H=16, ROWS=16, FORMAT=fmt, BLOCK_B=256, C0=2, WRITE_LSE=False, PAGED=paged)
+    for fmt, paged, *small in cases:
+        spec = KernelSpec(H=16, ROWS=16, FORMAT=fmt, BLOCK_B=256, C0=2, WRITE_LSE=False, PAGED=paged,
+                          SMALL_PAGES=bool(small and small[0]))
         k = compile_variant(mod.mla_decode_hopper_kernel, spec, getattr(mod, "NUM_WARPS", gcompile.NUM_WARPS),
                             getattr(mod, "MAX_REGISTERS", gcompile.MAX_REGISTERS))
         f = sass.kernel_facts(k)
         counts = {o: n for o, n in f.loop_ops.items() if o.startswith(tuple(ops))} if ops else {}
-        print(f"format {fmt} paged {paged}: {f.registers} registers, spill {f.spill_bytes} B, "
+        print(f"format {fmt} paged {paged}{' small pages' if spec.SMALL_PAGES else ''}: {f.registers} registers, spill {f.spill_bytes} B, "
               f"loop {f.loop_instructions} instructions, {f.loop_local} local, shared {f.shared} B, "
               f"global scratch {k.metadata.global_scratch_size} B" + (f", {counts}" if counts else ""))
 
@@ -98,18 +99,18 @@ def _label(name):
     return os.path.splitext(os.path.basename(name))[0]
 
 
-def _decoder(name, b, fmt, device, paged):
+def _decoder(name, b, fmt, device, paged, page_size=0):
     """A variant module may declare NUM_WARPS (of its default partition: a warp-specialized kernel
     adds its workers' warps), MAX_REGISTERS, PROGRAMS_PER_SM, SIGNATURE (its own argument list),
     SPEC (a dict of ``KernelSpec`` fields to override), COOPERATIVE (launch flag) and FORMATS (the
     cache formats it reads, of 'fp8' and 'mxfp4': ``main`` times it on those only); otherwise the
     shipped values."""
     if name == "shipped":
-        return HopperDecoder(b, 16, fmt, device, paged=paged)
+        return HopperDecoder(b, 16, fmt, device, paged=paged, page_size=page_size)
     mod = load_module(name)
     per_sm = getattr(mod, "PROGRAMS_PER_SM", PROGRAMS_PER_SM)
     programs = per_sm * torch.cuda.get_device_properties(device).multi_processor_count
-    dec = HopperDecoder(b, 16, fmt, device, paged=paged, programs=programs)
+    dec = HopperDecoder(b, 16, fmt, device, paged=paged, programs=programs, page_size=page_size)
     spec = dataclasses.replace(dec.spec, **getattr(mod, "SPEC", {}))
     kernel = compile_variant(mod.mla_decode_hopper_kernel, spec, getattr(mod, "NUM_WARPS", gcompile.NUM_WARPS),
                                  getattr(mod, "MAX_REGISTERS", gcompile.MAX_REGISTERS), getattr(mod, "SIGNATURE", None),
@@ -178,7 +179,7 @@ def main(outdir, modules, page_sizes=(), shapes=SHAPES):
                 batch = scatter_to_pages(cache, kvp, page_size, generator=torch.Generator().manual_seed(page_size))
                 pages = batch.block_pages
                 for name in names:
-                    dec = _decoder(name, b, fmt, q.device, 1)
+                    dec = _decoder(name, b, fmt, q.device, 1, page_size)
                     out = torch.full_like(outs[name][0], float("nan"))
                     lse = torch.full_like(outs[name][1], float("nan"))
                     fn = lambda: dec.launch(q, batch.cache.rows, pages.seq_lens, qo, out, lse,  # noqa: E731
