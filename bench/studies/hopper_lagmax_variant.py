@@ -50,22 +50,26 @@ def _warp_max_read(red, ROWS: gl.constexpr):
 
 
 @gluon.jit
-def _softmax_lag(st, qk, pos, kv_len, last_visible, m_i, l_acc, acc, red0, red1, k, m_true, over,
-                 ROWS: gl.constexpr):
+def _softmax_lag(st, qk, pos, kv_len, last_visible, m_i, l_acc, acc, red0, red1, k, m_ref, m_true, over,
+                 ROWS: gl.constexpr, EARLY: gl.constexpr):
     """``_softmax_tile`` with tile k of a piece shifted by the largest of 0 and the maxima of tiles
     0 .. k-1: its own per-warp maxima are stored (buffer of k's parity) for the next tile to read.
-    ``m_true`` (ROWS,): the maxima of tiles 0 .. k-1 as read; ``over`` (ROWS,): how far those maxima
-    rose above their tiles' shifts. Returns p, the new shift, sums, rescaled accumulators and the
-    new ``m_true`` and ``over``."""
+    With EARLY one buffer serves: ``m_ref`` holds tile k-1's maxima, which the caller read from it
+    after tile k-1's P^T barrier; else read here after the store, from the other buffer. ``m_true`` (ROWS,): the maxima of tiles 0 .. k-1 as read; ``over``
+    (ROWS,): how far those maxima rose above their tiles' shifts. Returns p, the new shift, sums,
+    rescaled accumulators and the new ``m_true`` and ``over``."""
     visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
     s = gl.where(visible, st * qk[None, :], float("-inf"))
     per_warp = gl.max(gl.reshape(s, [4, 16, ROWS]), axis=1)
-    if k % 2 == 0:
+    if EARLY:
         red0.store(per_warp)
-        m_ref = _warp_max_read(red1, ROWS)
     else:
-        red1.store(per_warp)
-        m_ref = _warp_max_read(red0, ROWS)
+        if k % 2 == 0:
+            red0.store(per_warp)
+            m_ref = _warp_max_read(red1, ROWS)
+        else:
+            red1.store(per_warp)
+            m_ref = _warp_max_read(red0, ROWS)
     m_true = gl.maximum(m_true, m_ref)
     over = gl.maximum(over, m_ref - m_i)
     m_new = gl.maximum(m_i, m_ref)
@@ -80,32 +84,43 @@ def _softmax_lag(st, qk, pos, kv_len, last_visible, m_i, l_acc, acc, red0, red1,
 '''
 
 
-def lag_max(src: str) -> str:
-    """``src`` (a form of ``decode.py``) with the lagged shift."""
+def lag_max(src: str, early: bool = False) -> str:
+    """``src`` (a form of ``decode.py``) with the lagged shift; ``early``: one exchange buffer, each
+    tile's maxima read back at the end of that tile (after the barrier before P^T's product and the
+    value products' issue), so the read is not queued behind the next tile's loads and value-tile
+    stores, nor does anything wait for it before the next tile's probabilities."""
     src = _edit(src, "\n\n@gluon.jit\ndef _tile_rows(", HELPERS + "\n@gluon.jit\ndef _tile_rows(")
     red = "    red_smem = gl.allocate_shared_memory(gl.float32, [4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))\n"
     src = _edit(src, red, red + red.replace("red_smem", "red1"))
-    # The shift starts at 0 (not -inf), and the buffer tile 0 reads holds -inf.
+    # The shift starts at 0 (not -inf), and what tile 0 reads as its predecessor's maxima is -inf.
+    first = ("            m_ref = m_true\n" if early else
+             "            red1.store(gl.full([4, ROWS], float(\"-inf\"), gl.float32, gl.SliceLayout(1, gl.BlockedLayout([1, 1, 1], [1, 2, 16], [4, 1, 1], [2, 1, 0]))))\n"
+             "            gl.thread_barrier()\n")
     src = _edit(src, "            m_i = gl.full([ROWS], float(\"-inf\"), gl.float32, gl.SliceLayout(0, acc_l))\n",
                 "            m_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(0, acc_l))\n"
                 "            m_true = gl.full([ROWS], float(\"-inf\"), gl.float32, gl.SliceLayout(0, acc_l))\n"
-                "            over = m_true\n"
-                "            red1.store(gl.full([4, ROWS], float(\"-inf\"), gl.float32, gl.SliceLayout(1, gl.BlockedLayout([1, 1, 1], [1, 2, 16], [4, 1, 1], [2, 1, 0]))))\n"
-                "            gl.thread_barrier()\n")
+                "            over = m_true\n" + first)
     src = _edit(src, "                p, m_i, l_acc, scaled = _softmax_tile(st, qk, t * TILE + r_s, kv_len, last_visible, m_i, l_acc, acc,\n"
                      "                                                      red_smem, ROWS)\n",
                 "                p, m_i, l_acc, scaled, m_true, over = _softmax_lag(st, qk, t * TILE + r_s, kv_len, last_visible,\n"
                 "                                                                   m_i, l_acc, acc, red_smem, red1, t - t_begin,\n"
-                "                                                                   m_true, over, ROWS)\n")
+                f"                                                                   {'m_ref' if early else 'm_i'}, m_true, over, ROWS, {early})\n")
+    if early:
+        # The tile's maxima read once its P^T barrier has passed, after its value products are
+        # issued: the read completes under the next tile's decode, which does not wait for it.
+        src = _edit(src, "                    acc = acc + (warpgroup_mma(v_bufs[c].index(z).permute((1, 0)), p_smem, scaled[c], is_async=True), )\n",
+                    "                    acc = acc + (warpgroup_mma(v_bufs[c].index(z).permute((1, 0)), p_smem, scaled[c], is_async=True), )\n"
+                    "                m_ref = _warp_max_read(red_smem, ROWS)\n")
     # After the loop: the last tile's maxima (in the buffer of its parity) join m_true, and a row
     # whose shift ran more than 16 below its maxima (p over 2**16) or more than 64 above them (p
     # near float32's smallest) is written as NaN: the rows a shipped form would decode again.
     src = _edit(src, "            inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))\n",
-                "            gl.thread_barrier()\n"
-                "            if (t_end - t_begin) % 2 == 1:\n"
-                "                m_last = _warp_max_read(red_smem, ROWS)\n"
-                "            else:\n"
-                "                m_last = _warp_max_read(red1, ROWS)\n"
+                ("            m_last = m_ref\n" if early else
+                 "            gl.thread_barrier()\n"
+                 "            if (t_end - t_begin) % 2 == 1:\n"
+                 "                m_last = _warp_max_read(red_smem, ROWS)\n"
+                 "            else:\n"
+                 "                m_last = _warp_max_read(red1, ROWS)\n") +
                 "            m_true = gl.maximum(m_true, m_last)\n"
                 "            over = gl.maximum(over, m_last - m_i)\n"
                 "            inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))\n"
@@ -122,8 +137,11 @@ def variant_source() -> str:
 def write_variant(outdir: str) -> list[str]:
     """``var_lagmax.py``, and ``var_lagmax_f16.py``: the same on step 77's f16 decode
     (``hopper_mxf16_variant``, exact for the benchmark's block exponents only)."""
+    shipped_src = absolute_imports(open(shipped.__file__).read())
     return [write_source(outdir, "var_lagmax.py", variant_source()),
-            write_source(outdir, "var_lagmax_f16.py", lag_max(hopper_mxf16_variant.variant_source()))]
+            write_source(outdir, "var_lagmax_f16.py", lag_max(hopper_mxf16_variant.variant_source())),
+            write_source(outdir, "var_lagearly.py", lag_max(shipped_src, early=True)),
+            write_source(outdir, "var_lagearly_f16.py", lag_max(hopper_mxf16_variant.variant_source(), early=True))]
 
 
 if __name__ == "__main__":
