@@ -19,13 +19,20 @@ need its piece decoded again with the exact shift, the slow path of a shipped fo
 has no slow path: such rows are written as NaN, so the strict check fails where it would have
 been taken (the benchmark's random inputs never rise that far after the first tile).
 
-Predicted (256x8192, H100 SXM, shipped 403-411 us): between the shipped time and the ``fixedmax``
+``lagearly`` (design log step 122) keeps one exchange buffer and reads each tile's maxima back at
+the end of that tile, after the barrier before P^T's product and the value products' issue, so the
+read is not queued behind the next tile's loads and value-tile stores and the next tile's P does
+not wait for it (the barrier the loop meets before its first value-tile store separates that read
+from the next store). ``*_f16``: the same on step 77's f16 decode (``hopper_mxf16_variant``).
+
+Measured (step 120, H100 SXM): ``lagmax`` 1.6% slower than shipped. Predicted for ``lagmax``
+(256x8192, H100 SXM, shipped 403-411 us): between the shipped time and the ``fixedmax``
 bound (``hopper_fixedmax_variant.py``, the exchange removed entirely), nearer the bound if the
 warps' meeting once per tile is what holds the loop, and about the shipped time if the exchange's
 instructions are.
 
     TRITON_INTERPRET=0 python bench/studies/hopper_lagmax_variant.py OUTDIR --compile   # write, compile (CPU)
-    python bench/studies/hopper_variants.py OUT OUTDIR/var_lagmax.py --shapes 256x8192,64x8192,32x1024  # (GPU)
+    python bench/studies/hopper_variants.py OUT OUTDIR/var_lagearly.py --shapes 256x8192,64x8192,32x1024  # (GPU)
 """
 
 import sys
