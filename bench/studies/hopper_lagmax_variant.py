@@ -10,7 +10,7 @@ and log-sum-exp as long as the largest ``p`` neither overflows nor loses the sum
 warp reads at tile k from the exchange that tile k-1 stored: two exchange buffers alternate by the
 tile's parity, so the store of one tile and the read of the previous one need no barrier between
 them (the barrier before P^T's product, which the loop has anyway, separates a buffer's store
-from its read a tile later). The first tile of a piece waits for its own maximum as shipped.
+from its read a tile later). The shift starts at 0, so the first tile needs no maximum.
 
 A tile's scores may then exceed its shift; the loop keeps, per query row, how far (the previous
 tile's true maximum read at the next tile, the last tile's after the loop) and a row that went
