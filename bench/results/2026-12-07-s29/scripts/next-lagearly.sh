@@ -9,7 +9,7 @@ F=$OUT/lagearly; mkdir -p $F
 (cd bench/studies && TRITON_INTERPRET=0 python hopper_lagmax_variant.py $F/src > /dev/null 2>&1 \
   && TRITON_INTERPRET=0 python hopper_fixedmax_variant.py $F/src > /dev/null 2>&1 \
   && TRITON_INTERPRET=0 python hopper_mxf16_variant.py $F/src > /dev/null 2>&1)
-timeout 500 python bench/studies/hopper_variants.py $F $F/src/var_lagearly.py $F/src/var_lagearly_f16.py \
+timeout 330 python bench/studies/hopper_variants.py $F $F/src/var_lagearly.py $F/src/var_lagearly_f16.py \
   $F/src/var_fixedmax.py $F/src/var_fixedmax_f16.py $F/src/var_mxf16.py --shapes 256x8192,64x8192,32x1024 > $F/variants.log 2>&1
 echo "variants rc=$?"
 tail -7 $F/variants.log
