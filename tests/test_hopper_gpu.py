@@ -11,7 +11,7 @@ import torch
 
 from mixmla.check import check_strict
 from mixmla.formats import as_cache
-from mixmla.inputs import generate_input, generate_ragged
+from mixmla.inputs import generate_input, generate_ragged, generate_staircase
 from mixmla.paged import scatter_to_pages
 from mixmla.reference import default_sm_scale, mla_decode_reference
 
@@ -115,24 +115,11 @@ STAIRCASE = [0, 3, 6, 7.5, 30, 31, 33, 60, 61, 62, 63, 90, 92, 20, 95]
 def test_scores_rising_across_tiles(fmt):
     """Keys built so that each 64-token tile's largest score (base 2) follows STAIRCASE: the
     online softmax's running maximum is kept through small rises and moved on large ones."""
-    from mixmla.formats import quantize
     HopperDecoder = _hopper()
-    gen = torch.Generator(device="cuda").manual_seed(21)
-    batch, heads, tiles = 3, 16, len(STAIRCASE)
-    u = torch.randn(576, generator=gen, device="cuda")
-    q = (u + 0.05 * torch.randn(batch, heads, 576, generator=gen, device="cuda")).to(torch.bfloat16)
-    # score_i (base 2) = sm_scale * log2(e) * q.k_i ~ a_i when k_i = a_i * u * ln2 / (sm_scale |u|^2)
-    level = torch.tensor(STAIRCASE, device="cuda").repeat_interleave(64)
-    a = level - 2.0 * torch.rand(tiles * 64, generator=gen, device="cuda")
-    k = a[:, None] * u[None, :] * (0.6931471805599453 / (default_sm_scale() * float(u @ u)))
-    k = k + 0.02 * torch.randn(k.shape, generator=gen, device="cuda")
-    kv = torch.cat([k, k.flip(0)[: tiles * 32], k])  # request 1: the staircase then half of it reversed
-    lens = [tiles * 64, tiles * 32, tiles * 64]
-    kv_indptr = torch.tensor([0, lens[0], lens[0] + lens[1], sum(lens)], dtype=torch.int32, device="cuda")
-    qo_indptr = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
-    cache = quantize(kv, fmt)
+    q, kv, qo_indptr, kv_indptr, _ = generate_staircase(STAIRCASE, device="cuda")
+    cache = as_cache(kv[fmt])
     for programs in (1, 4):  # one program walks every tile; four cut each request into merged pieces
-        decoder = HopperDecoder(batch, heads, fmt, q.device, programs=programs)
+        decoder = HopperDecoder(3, 16, fmt, q.device, programs=programs)
         out, lse = _run(decoder, q, cache, kv_indptr, qo_indptr)
         _check(q, cache, kv_indptr, qo_indptr, out, lse)
         assert float(lse.max()) > 60  # the scores are as large as built (natural log of 2**95..)

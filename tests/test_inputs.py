@@ -16,6 +16,7 @@ from mixmla.inputs import (
     generate_input,
     generate_ragged,
     generate_realistic,
+    generate_staircase,
     parse_spec_file,
     parse_spec_line,
 )
@@ -224,3 +225,27 @@ def test_generate_from_spec():
     _check_contract(data, 8, 20, 32)
     ragged = generate_from_spec({"batchsize": 5, "qseqlen": 1, "kvseqlen": 40, "seed": 2, "ragged": 1}, "cpu")
     assert ragged[4]["kv_seq_lens"] == generate_ragged(5, 1, 40, seed=2, device="cpu")[4]["kv_seq_lens"]
+
+
+def test_staircase_scores_follow_their_levels():
+    """Each 64-token tile's largest score (base 2, every head) lies near its level, in the order
+    each request walks the levels; the cache is the same tokens in all three formats."""
+    from mixmla.reference import default_sm_scale
+
+    levels = [0.0, 3.0, 30.0, 12.0, 60.0]
+    q, kv, qo_indptr, kv_indptr, config = generate_staircase(levels, num_heads=8, device="cpu")
+    assert q.shape == (3, 8, 576) and q.dtype == torch.bfloat16
+    assert kv_indptr.tolist() == [0, 320, 480, 800] and qo_indptr.tolist() == [0, 1, 2, 3]
+    assert config["kv_seq_lens"] == [320, 160, 320] and kv["bf16"].shape == (800, 1, 576)
+    keys = kv["bf16"].reshape(-1, 576).double()
+    scale = default_sm_scale() / math.log(2.0)
+    for b in (0, 2):
+        lo = kv_indptr[b].item()
+        s = scale * keys[lo:lo + 320] @ q[b].double().T  # (tokens, heads)
+        tile_max = s.reshape(5, 64, 8).amax(dim=1)
+        for i, level in enumerate(levels):
+            assert (tile_max[i] > level - 1.0).all() and (tile_max[i] < level + 1.0).all(), (b, i, tile_max[i])
+    # Request 1: the second half of request 0's tokens in reverse order, so its levels fall.
+    s1 = (scale * keys[320:480] @ q[1].double().T).amax(dim=1)
+    assert torch.equal(kv["bf16"][320:480], kv["bf16"][160:320].flip(0))
+    assert 59 < s1[:64].max() < 61 and 11 < s1[64:128].max() < 13

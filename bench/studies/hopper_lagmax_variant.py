@@ -91,11 +91,35 @@ def _softmax_lag(st, qk, pos, kv_len, last_visible, m_i, l_acc, acc, red0, red1,
 '''
 
 
-def lag_max(src: str, early: bool = False) -> str:
+#: The lines of ``decode.py``'s request body that start a piece's tiles (page entries, the first
+#: tile's loads) and, from the running state's start, the tile loop through its last wait: what a
+#: slow path runs again.
+_FIRST_LOADS = ("            page = _tile_pages(PAGED, pages_ptr, first_row, kv_len, t_begin, t_begin < t_end, page_shift)\n",
+                "            q_mult = _stage_query(")
+_EXACT_LOOP = ("            m_i = gl.full([ROWS], float(\"-inf\"), gl.float32, gl.SliceLayout(0, acc_l))\n",
+               "            acc = warpgroup_mma_wait(0, deps=acc)\n            inv_l, lse2 = _finish(")
+
+
+def _between(src: str, marks: tuple[str, str]) -> str:
+    """The text of ``src`` from the first mark up to (excluding) the second, which must follow it."""
+    i = src.index(marks[0])
+    return src[i:src.index(marks[1], i)]
+
+
+def _slow_path(src: str) -> str:
+    """The shipped piece again, exact maxima, under ``if`` (indented one level more)."""
+    body = _between(src, _FIRST_LOADS) + _between(src, _EXACT_LOOP) + "            acc = warpgroup_mma_wait(0, deps=acc)\n"
+    return "".join("    " + line if line.strip() else line for line in body.splitlines(keepends=True))
+
+
+def lag_max(src: str, early: bool = False, safe: bool = False) -> str:
     """``src`` (a form of ``decode.py``) with the lagged shift; ``early``: one exchange buffer, each
     tile's maxima read back at the end of that tile (after the barrier before P^T's product and the
     value products' issue), so the read is not queued behind the next tile's loads and value-tile
-    stores, nor does anything wait for it before the next tile's probabilities."""
+    stores, nor does anything wait for it before the next tile's probabilities. ``safe``: a piece
+    with a row that rose too far is decoded again with the exact maxima (the shipped loop), instead
+    of written as NaN."""
+    slow = _slow_path(src)
     src = _edit(src, "\n\n@gluon.jit\ndef _tile_rows(", HELPERS + "\n@gluon.jit\ndef _tile_rows(")
     red = "    red_smem = gl.allocate_shared_memory(gl.float32, [4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))\n"
     src = _edit(src, red, red + red.replace("red_smem", "red1"))
@@ -130,10 +154,12 @@ def lag_max(src: str, early: bool = False) -> str:
                  "                m_last = _warp_max_read(red1, ROWS)\n") +
                 "            m_true = gl.maximum(m_true, m_last)\n"
                 "            over = gl.maximum(over, m_last - m_i)\n"
-                "            inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))\n"
-                "            # No slow path in this variant.\n"
-                "            redo = (over > 16.0) | ((m_true > float(\"-inf\")) & (m_i - m_true > 64.0))\n"
-                "            inv_l = gl.where(redo, float(\"nan\"), inv_l)\n")
+                "            redo = (over > 16.0) | ((m_true > float(\"-inf\")) & (m_i - m_true > 64.0))\n" +
+                ("            if gl.max(redo.to(gl.int32), axis=0) > 0:\n" + slow +
+                 "            inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))\n" if safe else
+                 "            inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))\n"
+                 "            # No slow path in this variant.\n"
+                 "            inv_l = gl.where(redo, float(\"nan\"), inv_l)\n"))
     return src + '\nFORMATS = ("mxfp4", )\n'
 
 
@@ -148,7 +174,8 @@ def write_variant(outdir: str) -> list[str]:
     return [write_source(outdir, "var_lagmax.py", variant_source()),
             write_source(outdir, "var_lagmax_f16.py", lag_max(hopper_mxf16_variant.variant_source())),
             write_source(outdir, "var_lagearly.py", lag_max(shipped_src, early=True)),
-            write_source(outdir, "var_lagearly_f16.py", lag_max(hopper_mxf16_variant.variant_source(), early=True))]
+            write_source(outdir, "var_lagearly_f16.py", lag_max(hopper_mxf16_variant.variant_source(), early=True)),
+            write_source(outdir, "var_lagsafe.py", lag_max(shipped_src, early=True, safe=True))]
 
 
 if __name__ == "__main__":

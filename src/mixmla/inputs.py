@@ -6,6 +6,7 @@ all three formats: ``{"bf16": Tensor, "fp8": (Tensor, scale), "mxfp4": (Tensor, 
 Generators (all return that tuple):
 - :func:`generate_input`: the benchmark's uniform batch, standard-normal q and cache.
 - :func:`generate_ragged`: random per-request lengths, including 0 and 1 (CUDA-graph padding).
+- :func:`generate_staircase`: scores that rise and fall across tiles (the online softmax's maximum).
 - :func:`generate_realistic`: a non-Gaussian cache (outlier channels, larger rope dims) for
   accuracy studies of the quantized formats (:func:`realistic_cache`: the same cache unrounded).
 
@@ -168,6 +169,35 @@ def generate_ragged(
     config = make_config(batchsize, num_heads, max(q_lens), max(kv_lens))
     config["q_seq_lens"], config["kv_seq_lens"] = q_lens, kv_lens
     return q, pack_kv_data(kv), _lengths(q_lens, device), _lengths(kv_lens, device), config
+
+
+def generate_staircase(levels: Sequence[float], num_heads: int = 16, seed: int = 21, device=None):
+    """Three requests whose scores rise and fall across 64-token tiles, for the online softmax's
+    running maximum: every key points along one random direction ``u`` that every query row
+    shares, scaled so that tile i's largest score in base-2 units (``sm_scale * log2(e) * q.k``) is
+    about ``levels[i]`` (each token's level minus up to 2). Request 0 walks the levels in order,
+    request 1 holds the second half of request 0's tokens in reverse order (its levels fall),
+    request 2 is request 0 again; one query token each.
+
+    levels: per-tile score levels (base-2 units; values near 100 make scores near 2**100 before
+    the shift). Returns ``(q, kv_data, qo_indptr, kv_indptr, config)`` as :func:`generate_ragged`
+    does (q (3, num_heads, 576) bf16, the cache in all three formats)."""
+    device = _default_device(device)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    tiles = len(levels)
+    u = torch.randn(HEAD_DIM, generator=gen, device=device)
+    q = (u + 0.05 * torch.randn(3, num_heads, HEAD_DIM, generator=gen, device=device)).to(torch.bfloat16)
+    # score_t (base 2) = sm_scale * log2(e) * q.k_t ~ a_t when k_t = a_t * u * ln 2 / (sm_scale |u|^2)
+    level = torch.tensor(list(levels), dtype=torch.float32, device=device).repeat_interleave(64)
+    a = level - 2.0 * torch.rand(tiles * 64, generator=gen, device=device)
+    k = a[:, None] * u[None, :] * (math.log(2.0) / (default_sm_scale() * float(u @ u)))
+    k = k + 0.02 * torch.randn(k.shape, generator=gen, device=device)
+    kv = torch.cat([k, k.flip(0)[: tiles * 32], k])
+    kv_lens = [tiles * 64, tiles * 32, tiles * 64]
+    config = make_config(3, num_heads, 1, max(kv_lens))
+    config["q_seq_lens"], config["kv_seq_lens"] = [1, 1, 1], kv_lens
+    return q, pack_kv_data(kv), _lengths([1, 1, 1], device), _lengths(kv_lens, device), config
 
 
 def realistic_cache(
