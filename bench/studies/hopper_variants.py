@@ -11,6 +11,9 @@ against the reference where it is affordable, a variant's output bitwise the shi
 (``same``; ``vs shipped``: the relative L2 distance from it, for variants that sum in
 another order; for contiguous fp8 the shipped kernel is ``decode_tma``'s, whose bits a ``decode.py`` variant does not have), and a paged output bitwise the same kernel's contiguous one (``paged bits``). Prints a
 table, writes OUTDIR/variants.json.
+
+``python bench/studies/hopper_variants.py --staircase MODULE [MODULE ...]``: instead, each kernel on
+inputs whose scores rise and fall across tiles (``staircase``): the strict check and NaN rows.
 """
 
 import dataclasses
@@ -99,17 +102,17 @@ def _label(name):
     return os.path.splitext(os.path.basename(name))[0]
 
 
-def _decoder(name, b, fmt, device, paged, page_size=0):
+def _decoder(name, b, fmt, device, paged, page_size=0, programs=None):
     """A variant module may declare NUM_WARPS (of its default partition: a warp-specialized kernel
     adds its workers' warps), MAX_REGISTERS, PROGRAMS_PER_SM, SIGNATURE (its own argument list),
     SPEC (a dict of ``KernelSpec`` fields to override), COOPERATIVE (launch flag) and FORMATS (the
     cache formats it reads, of 'fp8' and 'mxfp4': ``main`` times it on those only); otherwise the
-    shipped values."""
+    shipped values. programs: the grid (default: the variant's programs per SM on every SM)."""
     if name == "shipped":
-        return HopperDecoder(b, 16, fmt, device, paged=paged, page_size=page_size)
+        return HopperDecoder(b, 16, fmt, device, paged=paged, page_size=page_size, programs=programs)
     mod = load_module(name)
     per_sm = getattr(mod, "PROGRAMS_PER_SM", PROGRAMS_PER_SM)
-    programs = per_sm * torch.cuda.get_device_properties(device).multi_processor_count
+    programs = programs or per_sm * torch.cuda.get_device_properties(device).multi_processor_count
     dec = HopperDecoder(b, 16, fmt, device, paged=paged, programs=programs, page_size=page_size)
     spec = dataclasses.replace(dec.spec, **getattr(mod, "SPEC", {}))
     kernel = compile_variant(mod.mla_decode_hopper_kernel, spec, getattr(mod, "NUM_WARPS", gcompile.NUM_WARPS),
@@ -202,7 +205,37 @@ def main(outdir, modules, page_sizes=(), shapes=SHAPES):
         print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
 
 
+#: The Hopper GPU test's staircase (``tests/test_hopper_gpu.py``): per-tile score levels, base 2.
+STAIRCASE = [0, 3, 6, 7.5, 30, 31, 33, 60, 61, 62, 63, 90, 92, 20, 95]
+
+
+def staircase(modules):
+    """Each kernel (shipped, then ``modules``) on ``generate_staircase(STAIRCASE)`` (scores rising
+    by up to 30 from one tile to the next, and falling), MXFP4, with 1 and 4 programs: whether the
+    strict check passes and how many output rows are NaN. Prints one line per kernel and run."""
+    from mixmla.inputs import generate_staircase
+
+    q, kv, qo, kvp, _ = generate_staircase(STAIRCASE, device="cuda")
+    cache = as_cache(kv["mxfp4"])
+    ref = mla_decode_reference(q, cache, kvp, qo)[0]
+    for name in ["shipped"] + list(modules):
+        if name != "shipped" and "mxfp4" not in getattr(load_module(name), "FORMATS", ("mxfp4", )):
+            continue
+        for programs in (1, 4):
+            dec = _decoder(name, 3, "mxfp4", q.device, 0, programs=programs)
+            out = torch.full((3, 16, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+            lse = torch.full((3, 16), float("nan"), device="cuda")
+            dec.launch(q, cache, kvp, qo, out, lse, default_sm_scale())
+            torch.cuda.synchronize()
+            nan_rows = int(out.float().isnan().any(dim=-1).sum())
+            print(f"staircase {_label(name)} programs {programs}: strict {check_strict(out, ref).message[:60]}; "
+                  f"NaN rows {nan_rows} of 48", flush=True)
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--staircase":
+        staircase(sys.argv[2:])
+        sys.exit(0)
     args = sys.argv[2:]
     sizes = ()
     if "--paged" in args:

@@ -5,6 +5,6 @@ set -u
 export PYTHONPATH=$PWD/src
 F=$OUT/pf3; mkdir -p $F
 (cd bench/studies && TRITON_INTERPRET=0 python hopper_pfdist_variant.py $F/src > /dev/null 2>&1)
-timeout 220 python bench/studies/hopper_variants.py $F $F/src/var_pf3.py --shapes 256x8192,64x8192 --paged 1,64 > $F/variants.log 2>&1; echo "pf3 rc=$?"
+timeout 180 python bench/studies/hopper_variants.py $F $F/src/var_pf3.py --shapes 256x8192,64x8192 --paged 1,64 > $F/variants.log 2>&1; echo "pf3 rc=$?"
 tail -6 $F/variants.log
 rm -rf $F/src
