@@ -23,7 +23,10 @@ been taken (the benchmark's random inputs never rise that far after the first ti
 the end of that tile, after the barrier before P^T's product and the value products' issue, so the
 read is not queued behind the next tile's loads and value-tile stores and the next tile's P does
 not wait for it (the barrier the loop meets before its first value-tile store separates that read
-from the next store). ``*_f16``: the same on step 77's f16 decode (``hopper_mxf16_variant``).
+from the next store). ``lagsafe``: ``lagearly`` with the slow path a shipped form needs (a piece
+with a row that rose more than 16 above its shift runs the shipped loop again); ``hopper_variants.py
+--staircase`` checks it on scores that rise by up to 30 between tiles. ``*_f16``: the same on step
+77's f16 decode (``hopper_mxf16_variant``).
 
 Measured (step 120, H100 SXM): ``lagmax`` 1.6% slower than shipped. Predicted for ``lagmax``
 (256x8192, H100 SXM, shipped 403-411 us): between the shipped time and the ``fixedmax``
