@@ -25,8 +25,10 @@ read is not queued behind the next tile's loads and value-tile stores and the ne
 not wait for it (the barrier the loop meets before its first value-tile store separates that read
 from the next store). ``lagsafe``: ``lagearly`` with the slow path a shipped form needs (a piece
 with a row that rose more than 16 above its shift runs the shipped loop again); ``hopper_variants.py
---staircase`` checks it on scores that rise by up to 30 between tiles. ``*_f16``: the same on step
-77's f16 decode (``hopper_mxf16_variant``).
+--safety`` checks it on scores that rise by up to 30 between tiles and on block exponents far from
+0. ``*_f16``: the same on step 77's f16 decode (``hopper_mxf16_variant``); ``lagsafe_f16``
+(``lag_safe_f16``) also takes the slow path, the shipped bf16 loop, where a block exponent leaves
+[-13, 13], so that it is exact wherever the f16 tables are not.
 
 Measured (step 120, H100 SXM): ``lagmax`` 1.6% slower than shipped. Predicted for ``lagmax``
 (256x8192, H100 SXM, shipped 403-411 us): between the shipped time and the ``fixedmax``
@@ -115,14 +117,18 @@ def _slow_path(src: str) -> str:
     return "".join("    " + line if line.strip() else line for line in body.splitlines(keepends=True))
 
 
-def lag_max(src: str, early: bool = False, safe: bool = False) -> str:
+def lag_max(src: str, early: bool = False, safe: bool = False, slow: str | None = None, over_limit: float = 16.0,
+            under_limit: float = 64.0, flags: str = "") -> str:
     """``src`` (a form of ``decode.py``) with the lagged shift; ``early``: one exchange buffer, each
     tile's maxima read back at the end of that tile (after the barrier before P^T's product and the
     value products' issue), so the read is not queued behind the next tile's loads and value-tile
     stores, nor does anything wait for it before the next tile's probabilities. ``safe``: a piece
     with a row that rose too far is decoded again with the exact maxima (the shipped loop), instead
-    of written as NaN."""
-    slow = _slow_path(src)
+    of written as NaN. ``slow``: the slow path's text (default: ``src``'s own loop again);
+    ``over_limit`` / ``under_limit``: how far a row's maxima may rise above its shift / its final
+    shift lie above its maxima before the piece is decoded again; ``flags``: more of the condition
+    (a Python expression of the kernel's names, or'ed in)."""
+    slow = _slow_path(src) if slow is None else slow
     src = _edit(src, "\n\n@gluon.jit\ndef _tile_rows(", HELPERS + "\n@gluon.jit\ndef _tile_rows(")
     red = "    red_smem = gl.allocate_shared_memory(gl.float32, [4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))\n"
     src = _edit(src, red, red + red.replace("red_smem", "red1"))
@@ -157,13 +163,54 @@ def lag_max(src: str, early: bool = False, safe: bool = False) -> str:
                  "                m_last = _warp_max_read(red1, ROWS)\n") +
                 "            m_true = gl.maximum(m_true, m_last)\n"
                 "            over = gl.maximum(over, m_last - m_i)\n"
-                "            redo = (over > 16.0) | ((m_true > float(\"-inf\")) & (m_i - m_true > 64.0))\n" +
+                f"            redo = (over > {over_limit}) | ((m_true > float(\"-inf\")) & (m_i - m_true > {under_limit}))\n" +
+                (f"            redo = redo | {flags}\n" if flags else "") +
                 ("            if gl.max(redo.to(gl.int32), axis=0) > 0:\n" + slow +
                  "            inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))\n" if safe else
                  "            inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))\n"
                  "            # No slow path in this variant.\n"
                  "            inv_l = gl.where(redo, float(\"nan\"), inv_l)\n"))
     return src + '\nFORMATS = ("mxfp4", )\n'
+
+
+#: What the f16 form's slow path sets up before the shipped (bf16) loop: bf16 views of the f16
+#: buffers, the query staged again in bf16, its scale and the bf16 decode tables.
+_BF16_PRELUDE = """\
+                q_smem_b = q_smem._reinterpret(gl.bfloat16, [NUM_CHUNKS, ROWS, CHUNK], q_layout())
+                v_bufs_b = ()
+                for c in gl.static_range(VALUE_CHUNKS):
+                    v_bufs_b = v_bufs_b + (v_bufs[c]._reinterpret(gl.bfloat16, [1, TILE, CHUNK], v_layout()), )
+                p_all_b = p_all._reinterpret(gl.bfloat16, [1, TILE, ROWS], p_layout(ROWS))
+                q_rows_b = _load_query(q_ptr, stride_qt, stride_qh, q_lo, q_len, H, ROWS)
+                for c in gl.static_range(NUM_CHUNKS):
+                    q_smem_b.index(c).store(q_rows_b[c])
+                fence_async_shared()
+                qk_b = gl.zeros([ROWS], gl.float32, gl.SliceLayout(0, acc_l)) + sm_scale * LOG2E * kscale
+                tables_b = mxfp4.decode_tables(gl.sum(zero_smem.load(one), axis=0))
+"""
+
+
+def lag_safe_f16() -> str:
+    """``lagsafe`` on step 77's f16 decode, exact: a piece whose block exponents leave [-13, 13]
+    (where the f16 tables stop being exact), whose scores rose more than 15 above their shift (P
+    past f16's largest) or whose shift ended more than 8 above its maxima (P near f16's smallest
+    normal) runs the shipped bf16 loop again, on bf16 views of the same buffers."""
+    import re
+
+    slow = _slow_path(absolute_imports(open(shipped.__file__).read()))
+    for name, to in (("q_smem", "q_smem_b"), ("v_bufs", "v_bufs_b"), ("p_all", "p_all_b"), ("qk", "qk_b"),
+                     ("tables", "tables_b"), ("MMA_DT", "gl.bfloat16")):
+        slow = re.sub(rf"\b{name}\b", to, slow)
+    src = hopper_mxf16_variant.variant_source()
+    # The block exponents seen: the largest E8M0 byte less 114 (2**-13), as unsigned (a byte
+    # under 114 wraps to a large value), so one maximum keeps both ends of [-13, 13].
+    src = _edit(src, "                    keys = to_key_operand(_mxf16_decode(raw[c][0], raw[c][1]), ROWS)\n",
+                "                    sc_dev = gl.maximum(sc_dev, (raw[c][1] - 114).to(gl.uint32, bitcast=True))\n"
+                "                    keys = to_key_operand(_mxf16_decode(raw[c][0], raw[c][1]), ROWS)\n")
+    src = _edit(src, "            for t in range(t_begin, t_end):\n",
+                "            sc_dev = (raw[0][1] - 114).to(gl.uint32, bitcast=True)\n            for t in range(t_begin, t_end):\n")
+    return lag_max(src, early=True, safe=True, slow=_BF16_PRELUDE + slow, over_limit=15.0, under_limit=8.0,
+                   flags="(gl.max(gl.max(sc_dev, axis=1), axis=0) > 26)")
 
 
 def variant_source() -> str:
@@ -178,7 +225,8 @@ def write_variant(outdir: str) -> list[str]:
             write_source(outdir, "var_lagmax_f16.py", lag_max(hopper_mxf16_variant.variant_source())),
             write_source(outdir, "var_lagearly.py", lag_max(shipped_src, early=True)),
             write_source(outdir, "var_lagearly_f16.py", lag_max(hopper_mxf16_variant.variant_source(), early=True)),
-            write_source(outdir, "var_lagsafe.py", lag_max(shipped_src, early=True, safe=True))]
+            write_source(outdir, "var_lagsafe.py", lag_max(shipped_src, early=True, safe=True)),
+            write_source(outdir, "var_lagsafe_f16.py", lag_safe_f16())]
 
 
 if __name__ == "__main__":

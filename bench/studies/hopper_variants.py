@@ -12,8 +12,9 @@ against the reference where it is affordable, a variant's output bitwise the shi
 another order; for contiguous fp8 the shipped kernel is ``decode_tma``'s, whose bits a ``decode.py`` variant does not have), and a paged output bitwise the same kernel's contiguous one (``paged bits``). Prints a
 table, writes OUTDIR/variants.json.
 
-``python bench/studies/hopper_variants.py --staircase MODULE [MODULE ...]``: instead, each kernel on
-inputs whose scores rise and fall across tiles (``staircase``): the strict check and NaN rows.
+``python bench/studies/hopper_variants.py --safety MODULE [MODULE ...]``: instead, each kernel on
+inputs that take a fast path's assumptions away (``safety``: scores rising and falling across tiles,
+block exponents far from 0): the strict check and NaN rows.
 """
 
 import dataclasses
@@ -209,32 +210,45 @@ def main(outdir, modules, page_sizes=(), shapes=SHAPES):
 STAIRCASE = [0, 3, 6, 7.5, 30, 31, 33, 60, 61, 62, 63, 90, 92, 20, 95]
 
 
-def staircase(modules):
-    """Each kernel (shipped, then ``modules``) on ``generate_staircase(STAIRCASE)`` (scores rising
-    by up to 30 from one tile to the next, and falling), MXFP4, with 1 and 4 programs: whether the
-    strict check passes and how many output rows are NaN. Prints one line per kernel and run."""
+def _wide_scales():
+    """A 4x1024 MXFP4 batch in which every 7th token is 2**-20 times the others: its blocks'
+    exponents lie far outside [-13, 13] (the range step 77's f16 tables hold exactly)."""
+    from mixmla.inputs import pack_kv_data
+
+    q, kv, qo, kvp, _ = generate_input(4, 1, 1024, seed=5, device="cuda")
+    rows = kv["bf16"].float().clone()
+    rows[::7] *= 2.0 ** -20
+    return q, as_cache(pack_kv_data(rows)["mxfp4"]), qo, kvp
+
+
+def safety(modules):
+    """Each kernel (shipped, then ``modules``), MXFP4, on inputs that take a fast path's assumptions
+    away: ``generate_staircase(STAIRCASE)`` (scores rising by up to 30 between tiles, and falling)
+    with 1 and 4 programs, and ``_wide_scales`` (block exponents outside [-13, 13]): whether the
+    strict check passes and how many output rows are NaN. One line per kernel and input."""
     from mixmla.inputs import generate_staircase
 
     q, kv, qo, kvp, _ = generate_staircase(STAIRCASE, device="cuda")
-    cache = as_cache(kv["mxfp4"])
-    ref = mla_decode_reference(q, cache, kvp, qo)[0]
-    for name in ["shipped"] + list(modules):
-        if name != "shipped" and "mxfp4" not in getattr(load_module(name), "FORMATS", ("mxfp4", )):
-            continue
-        for programs in (1, 4):
-            dec = _decoder(name, 3, "mxfp4", q.device, 0, programs=programs)
-            out = torch.full((3, 16, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
-            lse = torch.full((3, 16), float("nan"), device="cuda")
+    cases = [("staircase", q, as_cache(kv["mxfp4"]), qo, kvp, p) for p in (1, 4)]
+    cases.append(("wide scales", *_wide_scales(), 16))
+    for label, q, cache, qo, kvp, programs in cases:
+        ref = mla_decode_reference(q, cache, kvp, qo)[0]
+        for name in ["shipped"] + list(modules):
+            if name != "shipped" and "mxfp4" not in getattr(load_module(name), "FORMATS", ("mxfp4", )):
+                continue
+            dec = _decoder(name, kvp.numel() - 1, "mxfp4", q.device, 0, programs=programs)
+            out = torch.full((q.shape[0], 16, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+            lse = torch.full((q.shape[0], 16), float("nan"), device="cuda")
             dec.launch(q, cache, kvp, qo, out, lse, default_sm_scale())
             torch.cuda.synchronize()
             nan_rows = int(out.float().isnan().any(dim=-1).sum())
-            print(f"staircase {_label(name)} programs {programs}: strict {check_strict(out, ref).message[:60]}; "
-                  f"NaN rows {nan_rows} of 48", flush=True)
+            print(f"{label} ({programs} programs) {_label(name)}: strict {check_strict(out, ref).message[:60]}; "
+                  f"NaN rows {nan_rows} of {out.shape[0] * 16}", flush=True)
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--staircase":
-        staircase(sys.argv[2:])
+    if sys.argv[1] == "--safety":
+        safety(sys.argv[2:])
         sys.exit(0)
     args = sys.argv[2:]
     sizes = ()
