@@ -99,8 +99,8 @@ SUSPECT_GPU_OVER_LATENCY = 2.0
 def _checked_gpu_time(measure, latency_us: float):
     """``measure()`` (a ``gpu_time`` call), taken a second time when its median exceeds
     ``SUSPECT_GPU_OVER_LATENCY`` times ``latency_us`` (the same case's mean call latency, us; 0:
-    unknown, no check). Returns
-    the timing kept (the second, when taken) and a note saying what happened ("" if nothing)."""
+    unknown, no check). Returns the timing kept (the second, when taken) and a note saying what
+    happened ("" if nothing)."""
     g = measure()
     if not latency_us or g.median_us <= SUSPECT_GPU_OVER_LATENCY * latency_us:
         return g, ""
