@@ -40,6 +40,7 @@ instructions are.
     python bench/studies/hopper_variants.py OUT OUTDIR/var_lagearly.py --shapes 256x8192,64x8192,32x1024  # (GPU)
 """
 
+import re
 import sys
 
 import mixmla.kernels.gluon.decode as shipped
@@ -67,9 +68,10 @@ def _softmax_lag(st, qk, pos, kv_len, last_visible, m_i, l_acc, acc, red0, red1,
     """``_softmax_tile`` with tile k of a piece shifted by the largest of 0 and the maxima of tiles
     0 .. k-1: its own per-warp maxima are stored (buffer of k's parity) for the next tile to read.
     With EARLY one buffer serves: ``m_ref`` holds tile k-1's maxima, which the caller read from it
-    after tile k-1's P^T barrier; else read here after the store, from the other buffer. ``m_true`` (ROWS,): the maxima of tiles 0 .. k-1 as read; ``over``
-    (ROWS,): how far those maxima rose above their tiles' shifts. Returns p, the new shift, sums,
-    rescaled accumulators and the new ``m_true`` and ``over``."""
+    after tile k-1's P^T barrier; else read here after the store, from the other buffer.
+    ``m_true`` (ROWS,): the maxima of tiles 0 .. k-1 as read; ``over`` (ROWS,): how far those maxima
+    rose above their tiles' shifts. Returns p, the new shift, sums, rescaled accumulators and the
+    new ``m_true`` and ``over``."""
     visible = (pos[:, None] < kv_len) & (pos[:, None] <= last_visible[None, :])
     s = gl.where(visible, st * qk[None, :], float("-inf"))
     per_warp = gl.max(gl.reshape(s, [4, 16, ROWS]), axis=1)
@@ -131,7 +133,8 @@ def lag_max(src: str, early: bool = False, safe: bool = False, slow: str | None 
     slow = _slow_path(src) if slow is None else slow
     src = _edit(src, "\n\n@gluon.jit\ndef _tile_rows(", HELPERS + "\n@gluon.jit\ndef _tile_rows(")
     red = "    red_smem = gl.allocate_shared_memory(gl.float32, [4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))\n"
-    src = _edit(src, red, red + red.replace("red_smem", "red1"))
+    if not early:  # the second exchange buffer, for the other parity
+        src = _edit(src, red, red + red.replace("red_smem", "red1"))
     # The shift starts at 0 (not -inf), and what tile 0 reads as its predecessor's maxima is -inf.
     first = ("            m_ref = m_true\n" if early else
              "            red1.store(gl.full([4, ROWS], float(\"-inf\"), gl.float32, gl.SliceLayout(1, gl.BlockedLayout([1, 1, 1], [1, 2, 16], [4, 1, 1], [2, 1, 0]))))\n"
@@ -143,7 +146,7 @@ def lag_max(src: str, early: bool = False, safe: bool = False, slow: str | None 
     src = _edit(src, "                p, m_i, l_acc, scaled = _softmax_tile(st, qk, t * TILE + r_s, kv_len, last_visible, m_i, l_acc, acc,\n"
                      "                                                      red_smem, ROWS)\n",
                 "                p, m_i, l_acc, scaled, m_true, over = _softmax_lag(st, qk, t * TILE + r_s, kv_len, last_visible,\n"
-                "                                                                   m_i, l_acc, acc, red_smem, red1, t - t_begin,\n"
+                f"                                                                   m_i, l_acc, acc, red_smem, {'red_smem' if early else 'red1'}, t - t_begin,\n"
                 f"                                                                   {'m_ref' if early else 'm_i'}, m_true, over, ROWS, {early})\n")
     if early:
         # The tile's maxima read once its P^T barrier has passed, after its value products are
@@ -151,9 +154,9 @@ def lag_max(src: str, early: bool = False, safe: bool = False, slow: str | None 
         src = _edit(src, "                    acc = acc + (warpgroup_mma(v_bufs[c].index(z).permute((1, 0)), p_smem, scaled[c], is_async=True), )\n",
                     "                    acc = acc + (warpgroup_mma(v_bufs[c].index(z).permute((1, 0)), p_smem, scaled[c], is_async=True), )\n"
                     "                m_ref = _warp_max_read(red_smem, ROWS)\n")
-    # After the loop: the last tile's maxima (in the buffer of its parity) join m_true, and a row
-    # whose shift ran more than 16 below its maxima (p over 2**16) or more than 64 above them (p
-    # near float32's smallest) is written as NaN: the rows a shipped form would decode again.
+    # After the loop: the last tile's maxima join m_true, and a piece with a row whose maxima rose
+    # more than over_limit above its shift, or whose final shift lies more than under_limit above
+    # them (or that ``flags`` marks) is decoded again (``safe``) or has such rows written as NaN.
     src = _edit(src, "            inv_l, lse2 = _finish(m_i, gl.sum(l_acc, axis=0))\n",
                 ("            m_last = m_ref\n" if early else
                  "            gl.thread_barrier()\n"
@@ -195,9 +198,7 @@ def lag_safe_f16() -> str:
     (where the f16 tables stop being exact), whose scores rose more than 15 above their shift (P
     past f16's largest) or whose shift ended more than 8 above its maxima (P near f16's smallest
     normal) runs the shipped bf16 loop again, on bf16 views of the same buffers."""
-    import re
-
-    slow = _slow_path(absolute_imports(open(shipped.__file__).read()))
+    slow = _slow_path(_shipped_source())
     for name, to in (("q_smem", "q_smem_b"), ("v_bufs", "v_bufs_b"), ("p_all", "p_all_b"), ("qk", "qk_b"),
                      ("tables", "tables_b"), ("MMA_DT", "gl.bfloat16")):
         slow = re.sub(rf"\b{name}\b", to, slow)
@@ -213,15 +214,20 @@ def lag_safe_f16() -> str:
                    flags="(gl.max(gl.max(sc_dev, axis=1), axis=0) > 26)")
 
 
+def _shipped_source() -> str:
+    return absolute_imports(open(shipped.__file__).read())
+
+
 def variant_source() -> str:
-    return lag_max(absolute_imports(open(shipped.__file__).read()))
+    return lag_max(_shipped_source())
 
 
 def write_variant(outdir: str) -> list[str]:
-    """``var_lagmax.py``, and ``var_lagmax_f16.py``: the same on step 77's f16 decode
-    (``hopper_mxf16_variant``, exact for the benchmark's block exponents only)."""
-    shipped_src = absolute_imports(open(shipped.__file__).read())
-    return [write_source(outdir, "var_lagmax.py", variant_source()),
+    """``var_lagmax.py``, ``var_lagearly.py``, ``var_lagsafe.py`` (module docstring), the first two
+    also on step 77's f16 decode (``*_f16``: exact for the benchmark's block exponents only), and
+    ``var_lagsafe_f16.py`` (``lag_safe_f16``)."""
+    shipped_src = _shipped_source()
+    return [write_source(outdir, "var_lagmax.py", lag_max(shipped_src)),
             write_source(outdir, "var_lagmax_f16.py", lag_max(hopper_mxf16_variant.variant_source())),
             write_source(outdir, "var_lagearly.py", lag_max(shipped_src, early=True)),
             write_source(outdir, "var_lagearly_f16.py", lag_max(hopper_mxf16_variant.variant_source(), early=True)),
