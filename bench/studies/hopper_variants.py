@@ -229,13 +229,13 @@ def safety(modules):
     from mixmla.inputs import generate_staircase
 
     q, kv, qo, kvp, _ = generate_staircase(STAIRCASE, device="cuda")
-    cases = [("staircase", q, as_cache(kv["mxfp4"]), qo, kvp, p) for p in (1, 4)]
-    cases.append(("wide scales", *_wide_scales(), 16))
-    for label, q, cache, qo, kvp, programs in cases:
+    stair = (q, as_cache(kv["mxfp4"]), qo, kvp)
+    wide = _wide_scales()
+    names = ["shipped"] + [m for m in modules if "mxfp4" in getattr(load_module(m), "FORMATS", ("mxfp4", ))]
+    for label, inputs, runs in (("staircase", stair, (1, 4)), ("wide scales", wide, (16, ))):
+        q, cache, qo, kvp = inputs
         ref = mla_decode_reference(q, cache, kvp, qo)[0]
-        for name in ["shipped"] + list(modules):
-            if name != "shipped" and "mxfp4" not in getattr(load_module(name), "FORMATS", ("mxfp4", )):
-                continue
+        for name, programs in [(n, p) for n in names for p in runs]:
             dec = _decoder(name, kvp.numel() - 1, "mxfp4", q.device, 0, programs=programs)
             out = torch.full((q.shape[0], 16, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
             lse = torch.full((q.shape[0], 16), float("nan"), device="cuda")
